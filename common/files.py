@@ -1,0 +1,108 @@
+"""Atomic outputs and run records.
+
+Every writer in the project goes through `atomic_file` or `atomic_dir`: the content is
+written under a temporary name beside its destination and moved into place with
+`os.replace`, so an interrupted run leaves either the old output or the new one, never a
+half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it replaces `path`, on error it is
+    removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `path`; on success it takes the place of
+    `path` (an older `path` is removed only after the new one is complete)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(path)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    try:
+        yield tmp
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def environment() -> dict[str, str]:
+    """Versions of what shapes numerical results, recorded beside every run's outputs."""
+    import numpy
+    import pandas
+    import pyarrow
+
+    versions = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": numpy.__version__,
+        "pandas": pandas.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
+    try:
+        import torch
+
+        versions["torch"] = torch.__version__
+        versions["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        versions["torch_threads"] = str(torch.get_num_threads())
+    except ImportError:
+        versions["torch"] = "not installed"
+    return versions
+
+
+def write_run_record(output_dir: str | os.PathLike, name: str, config: Any) -> Path:
+    """Write `{name}_run.json` (argv, resolved config, versions, start time) in
+    `output_dir` and return its path."""
+    record = {
+        "argv": sys.argv,
+        "config": config,
+        "environment": environment(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    path = Path(output_dir) / f"{name}_run.json"
+    write_json(path, record)
+    return path
