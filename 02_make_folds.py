@@ -12,18 +12,34 @@ from common.schema import InputError
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--input-dir", type=Path, default=Path("input"),
-                        help="read for --strategy dataset (user_folds.csv)")
+    parser.add_argument(
+        "--input-dir",
+        type=Path,
+        default=Path("input"),
+        help="read for --strategy dataset (user_folds.csv)",
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("output"))
     parser.add_argument("--n-folds", type=int, default=FoldConfig.n_folds)
     parser.add_argument("--seed", type=int, default=FoldConfig.seed)
     parser.add_argument("--strategy", choices=STRATEGIES, default=FoldConfig.strategy)
-    parser.add_argument("--new-share", type=float, default=FoldConfig.new_share,
-                        help="user strategy: share of validation students that are new")
-    parser.add_argument("--last-n", type=int, default=FoldConfig.last_n,
-                        help="last-n strategy: validation rows per student")
-    parser.add_argument("--valid-share", type=float, default=FoldConfig.valid_share,
-                        help="virtual-time strategy: share of rows in the validation tail")
+    parser.add_argument(
+        "--new-share",
+        type=float,
+        default=FoldConfig.new_share,
+        help="user strategy: share of validation students that are new",
+    )
+    parser.add_argument(
+        "--last-n",
+        type=int,
+        default=FoldConfig.last_n,
+        help="last-n strategy: validation rows per student",
+    )
+    parser.add_argument(
+        "--valid-share",
+        type=float,
+        default=FoldConfig.valid_share,
+        help="virtual-time strategy: share of rows in the validation tail",
+    )
     args = parser.parse_args()
     config = FoldConfig(
         n_folds=args.n_folds,

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pandas as pd
@@ -45,16 +48,42 @@ ARROW_TYPES = {
     "boolean": pa.bool_(),
     "string": pa.string(),
 }
-TRAIN_SCHEMA = pa.schema([(name, ARROW_TYPES[TRAIN_DTYPES[name]]) for name in TRAIN_COLUMNS])
+# The pandas metadata makes pd.read_parquet return the competition dtypes (a nullable
+# boolean prior_question_had_explanation rather than object).
+TRAIN_SCHEMA = pa.schema(
+    [(name, ARROW_TYPES[TRAIN_DTYPES[name]]) for name in TRAIN_COLUMNS]
+).with_metadata(
+    pa.Schema.from_pandas(
+        pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in TRAIN_DTYPES.items()}),
+        preserve_index=False,
+    ).metadata
+)
+
+# row_id and timestamp rise steadily: delta encoding stores them in a fraction of the plain
+# size and writes faster than trying a dictionary first; the other columns have few
+# distinct values, where dictionaries win.
+_DELTA_COLUMNS = ("row_id", "timestamp")
+PARQUET_OPTIONS = {
+    "compression": "snappy",
+    "use_dictionary": [name for name in TRAIN_COLUMNS if name not in _DELTA_COLUMNS],
+    "column_encoding": {name: "DELTA_BINARY_PACKED" for name in _DELTA_COLUMNS},
+}
+
+
+def _plain(value: object) -> object:
+    """numpy scalars as Python ones, so that messages read `found 9`, not `np.int8(9)`."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 @dataclass
 class PreprocessConfig:
     input_dir: Path
     output_dir: Path
-    # 32 MiB blocks keep pyarrow's two parser threads busy while a block's arrays stay
-    # small next to the memory budget.
-    block_size: int = 32 << 20
+    # pyarrow's streaming reader reads up to 32 blocks of raw text ahead of the parser
+    # (kDefaultBackgroundMaxQ in arrow/util/async_generator.h), so 32 x block_size bounds
+    # what it holds whatever the file size: 8 MiB blocks keep that near 256 MiB, and a
+    # block of ~150,000 rows still amortizes the per-block work.
+    block_size: int = 8 << 20
     # Number rows 0..N-1 in file order when row_id is blank (some public dumps of the
     # competition data lost it); off by default because a blank row_id is usually a bug.
     assign_row_ids: bool = False
@@ -123,11 +152,13 @@ def _read_small_csv(path: Path, dtypes: dict[str, str], key: str) -> pd.DataFram
     duplicated = frame[key].duplicated()
     if duplicated.any():
         i = int(np.flatnonzero(duplicated.to_numpy())[0])
-        raise InputError(str(path), f"unique {key} values", i + 1, key, frame[key].iloc[i])
+        raise InputError(str(path), f"unique {key} values", i + 1, key, _plain(frame[key].iloc[i]))
     bad_part = ~frame["part"].between(1, N_PARTS)
     if bad_part.any():
         i = int(np.flatnonzero(bad_part.to_numpy())[0])
-        raise InputError(str(path), f"part in 1..{N_PARTS}", i + 1, "part", frame["part"].iloc[i])
+        raise InputError(
+            str(path), f"part in 1..{N_PARTS}", i + 1, "part", _plain(frame["part"].iloc[i])
+        )
     return frame
 
 
@@ -141,12 +172,16 @@ def read_questions(path: Path) -> pd.DataFrame:
             f"correct_answer in 0..{N_CHOICES - 1}",
             i + 1,
             "correct_answer",
-            frame["correct_answer"].iloc[i],
+            _plain(frame["correct_answer"].iloc[i]),
         )
     if (frame["question_id"] < 0).any():
         i = int(np.flatnonzero((frame["question_id"] < 0).to_numpy())[0])
         raise InputError(
-            str(path), "question_id >= 0", i + 1, "question_id", frame["question_id"].iloc[i]
+            str(path),
+            "question_id >= 0",
+            i + 1,
+            "question_id",
+            _plain(frame["question_id"].iloc[i]),
         )
     return frame
 
@@ -188,7 +223,7 @@ class _RowChecker:
         self.row_ids_increasing = True
 
     def fail(self, row: int, column: str, value: object, expected: str) -> None:
-        raise InputError(self.path, expected, row, column, value)
+        raise InputError(self.path, expected, row, column, _plain(value))
 
     def check(self, block: dict[str, np.ndarray], nulls: dict[str, np.ndarray], first_row: int):
         """first_row: 1-based data row number of block[...][0]."""
@@ -332,7 +367,9 @@ def _parse_scalar(text: str, dtype: str) -> bool:
     return info.min <= value <= info.max
 
 
-def _locate_parse_error(path: Path, header: list[str], skip_rows: int, error: Exception):
+def _locate_parse_error(
+    path: Path, header: list[str], skip_rows: int, error: Exception
+) -> NoReturn:
     """pyarrow reports a bad block without a row number; find the first bad line after the
     `skip_rows` rows that parsed, and raise an InputError naming it."""
     with open(path, encoding="utf-8", errors="replace") as handle:
@@ -390,6 +427,47 @@ def _train_reader(path: Path, header: list[str], block_size: int) -> pacsv.CSVSt
     )
 
 
+class _Prefetcher:
+    """Reads the next block on a background thread while the current one is checked and
+    written: pyarrow parses without holding the GIL, so parsing and parquet writing
+    overlap. Batches, the end (StopIteration) and read errors arrive in file order."""
+
+    _END = object()
+
+    def __init__(self, reader: pacsv.CSVStreamingReader, depth: int = 1):
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(reader,), daemon=True)
+        self._thread.start()
+
+    def _run(self, reader: pacsv.CSVStreamingReader) -> None:
+        while not self._stop.is_set():
+            try:
+                item = reader.read_next_batch()
+            except StopIteration:
+                item = self._END
+            except Exception as error:  # raised again by read_next_batch, in order
+                item = error
+            while not self._stop.is_set():
+                with contextlib.suppress(queue.Full):
+                    self._queue.put(item, timeout=0.1)
+                    break
+            if not isinstance(item, pa.RecordBatch):
+                return
+
+    def read_next_batch(self) -> pa.RecordBatch:
+        item = self._queue.get()
+        if item is self._END:
+            raise StopIteration
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def convert_train(
     path: Path,
     out_dir: Path,
@@ -407,20 +485,25 @@ def convert_train(
     boundaries: list[np.ndarray] = []
     users: list[np.ndarray] = []
     start = time.perf_counter()
-    reader = _train_reader(path, header, config.block_size)
+    try:  # open_csv parses the first block: its errors surface here
+        reader = _train_reader(path, header, config.block_size)
+    except pa.ArrowInvalid as error:
+        _locate_parse_error(path, header, 0, error)
     with contextlib.ExitStack() as stack:
         sinks = {
             name: stack.enter_context(open(arrays_dir / f"{name}.bin", "wb")) for name in ROW_ARRAYS
         }
         writer = stack.enter_context(
-            pq.ParquetWriter(out_dir / "train.parquet", TRAIN_SCHEMA, compression="snappy")
+            pq.ParquetWriter(out_dir / "train.parquet", TRAIN_SCHEMA, **PARQUET_OPTIONS)
         )
         bar = stack.enter_context(
             tqdm(unit=" rows", unit_scale=True, disable=not config.progress, desc="train.csv")
         )
+        batches = _Prefetcher(reader)
+        stack.callback(batches.close)
         while True:
             try:
-                batch = reader.read_next_batch()
+                batch = batches.read_next_batch()
             except StopIteration:
                 break
             except pa.ArrowInvalid as error:
@@ -511,14 +594,15 @@ def _append(values, nulls, writer, sinks, summary: PreprocessSummary) -> None:
 
 
 def _check_unique_row_ids(path: Path, arrays_dir: Path, n_rows: int) -> None:
-    row_id = np.fromfile(arrays_dir / "row_id.bin", dtype=np.int64, count=n_rows)
-    order = np.argsort(row_id, kind="stable")
-    duplicate = np.flatnonzero(row_id[order[1:]] == row_id[order[:-1]])
-    if len(duplicate):
-        second = int(order[duplicate[0] + 1])
-        raise InputError(
-            str(path), "unique row_id values", second + 1, "row_id", int(row_id[second])
-        )
+    # A sorted copy (8 B/row; the memory-mapped file is page cache), not an argsort and two
+    # gathers (32 B/row): this holds every row at once.
+    row_id = np.memmap(arrays_dir / "row_id.bin", dtype=np.int64, mode="r", shape=(n_rows,))
+    ordered = np.sort(row_id)
+    repeated = ordered[1:] == ordered[:-1]
+    if repeated.any():
+        value = int(ordered[int(np.argmax(repeated))])  # the smallest repeated row_id
+        second = int(np.flatnonzero(row_id == value)[1])  # its second row in file order
+        raise InputError(str(path), "unique row_id values", second + 1, "row_id", value)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""Stage 3: train SAINT / SAINT+ on one fold, a checkpoint per epoch (see common/training.py).
+
+Multi-GPU or multi-process: torchrun --nproc_per_node=N 03_train.py --fold 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from common.training import TrainConfig, train
+
+DEFAULTS = TrainConfig()
+
+
+def parse_args() -> tuple[TrainConfig, Path]:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--input-dir", type=Path, default=Path("input"), help="unused; for symmetry")
+    p.add_argument("--output-dir", type=Path, default=Path("output"))
+    p.add_argument("--fold", type=int, default=DEFAULTS.fold)
+    p.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
+    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    p.add_argument("--lr", type=float, default=DEFAULTS.lr)
+    p.add_argument("--warmup", type=int, default=DEFAULTS.warmup, help="warm-up steps")
+    p.add_argument("--schedule", choices=("noam", "cosine"), default=DEFAULTS.schedule)
+    p.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
+    p.add_argument("--grad-clip", type=float, default=DEFAULTS.grad_clip)
+    p.add_argument("--model", choices=("saint", "saint+"), default=DEFAULTS.model)
+    p.add_argument(
+        "--decoder-features",
+        default=None,
+        help="comma list overriding the preset: elapsed,lag,explanation,answer",
+    )
+    p.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
+    p.add_argument("--layers", type=int, default=DEFAULTS.layers, help="per side")
+    p.add_argument("--heads", type=int, default=DEFAULTS.heads)
+    p.add_argument("--dropout", type=float, default=DEFAULTS.dropout)
+    p.add_argument("--window", type=int, default=DEFAULTS.window)
+    p.add_argument("--attention", choices=("mha", "mla"), default=DEFAULTS.attention)
+    p.add_argument("--kv-latent-dim", type=int, default=DEFAULTS.kv_latent_dim)
+    p.add_argument(
+        "--difficulty-buckets",
+        type=int,
+        default=DEFAULTS.difficulty_buckets,
+        help="> 0 adds the question-difficulty input with this many buckets",
+    )
+    p.add_argument("--teacher", default=None, help="checkpoint of a frozen teacher to distill")
+    p.add_argument("--distill-alpha", type=float, default=DEFAULTS.distill_alpha)
+    p.add_argument("--distill-temperature", type=float, default=DEFAULTS.distill_temperature)
+    p.add_argument("--seed", type=int, default=DEFAULTS.seed)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=DEFAULTS.device)
+    p.add_argument(
+        "--amp",
+        nargs="?",
+        const="auto",
+        default=DEFAULTS.amp,
+        choices=("auto", "bf16", "fp16", "off"),
+    )
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--patience", type=int, default=DEFAULTS.patience)
+    p.add_argument("--valid-batch-size", type=int, default=DEFAULTS.valid_batch_size)
+    p.add_argument("--no-progress", action="store_true")
+    args = vars(p.parse_args())
+    output_dir = args.pop("output_dir")
+    args.pop("input_dir")
+    args["progress"] = not args.pop("no_progress")
+    if args["decoder_features"] is not None:
+        args["decoder_features"] = tuple(f for f in args["decoder_features"].split(",") if f)
+    known = {f.name for f in fields(TrainConfig)}
+    return TrainConfig.from_dict({k: v for k, v in args.items() if k in known}), output_dir
+
+
+def main() -> int:
+    config, output_dir = parse_args()
+    history = train(config, output_dir)
+    if history:
+        best = max(
+            history, key=lambda r: r["valid_auc"] if r["valid_auc"] == r["valid_auc"] else -1
+        )
+        print(
+            f"best validation AUC {best['valid_auc']:.4f} at epoch {best['epoch']}; "
+            f"checkpoints in {output_dir / f'fold{config.fold}'}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

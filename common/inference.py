@@ -1,0 +1,225 @@
+"""04_infer.py's logic: the streaming loop over an API (emulated or the real one), the
+submission and metric table, and the Kaggle-ready bundle.
+
+Kaggle bundle (written into --kaggle-dir, by default the output dir itself):
+    dataset-metadata.json     for `kaggle datasets create -p <dir>`
+    code/                     the project package and 04_infer.py (nothing to install)
+    fold{k}/best.pt           the model, rebuilt from the checkpoint alone
+    state/snapshot.npz        every training student's last `window` questions (all of
+                              train.csv: in the competition a test student's whole
+                              train.csv history precedes the test)
+    state/questions.parquet   question id -> part
+    KAGGLE.md                 the notebook cell that runs the submission
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.metrics import roc_auc_score
+from tqdm import tqdm
+
+from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.emulator import Emulator, EmulatorConfig
+from common.features import build_sequences
+from common.files import atomic_file, write_json, write_run_record, write_text
+from common.folds import Fold
+from common.online import OnlineState, Snapshot, build_snapshot
+from common.training import load_fold_data, load_model, resolve_device
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent
+
+
+@dataclass
+class InferConfig:
+    fold: int = 0
+    device: str = "auto"
+    seed: int = 0  # group sizes of the emulated stream
+    max_group_students: int = 1000
+    # students whose model cache stays in memory; others are rebuilt from their ring
+    cache_students: int = 4096
+    checkpoint: str = "best.pt"
+    progress: bool = True
+
+
+def stream_loop(env, state: OnlineState, progress: bool = True) -> dict:
+    """Run the API loop: predict each group, hand predictions back. Returns counts and
+    timing."""
+    rows = groups = 0
+    begin = time.perf_counter()
+    bar = tqdm(env.iter_test(), desc="groups", unit=" groups", disable=not progress)
+    for test_df, sample in bar:
+        probability = state.predict(test_df)
+        question = test_df["content_type_id"].to_numpy() == 0
+        by_row = pd.Series(probability, index=test_df["row_id"].to_numpy()[question])
+        sample = sample.copy()
+        sample["answered_correctly"] = by_row.reindex(sample["row_id"].to_numpy()).to_numpy()
+        env.predict(sample)
+        rows += len(sample)
+        groups += 1
+        bar.set_postfix(rows=rows)
+    seconds = time.perf_counter() - begin
+    return {"rows": rows, "groups": groups, "seconds": seconds, "rows_per_s": rows / seconds}
+
+
+def _auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    if len(labels) == 0 or labels.min() == labels.max():
+        return float("nan")
+    return float(roc_auc_score(labels, scores))
+
+
+def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
+    """AUC overall, for new and continuing students, and by part."""
+    slices = [("all", np.ones(len(results), dtype=bool))]
+    slices += [("new students", results["new_student"].to_numpy())]
+    slices += [("continuing students", ~results["new_student"].to_numpy())]
+    part = parts[np.clip(results["content_id"].to_numpy(), 0, len(parts) - 1)]
+    slices += [(f"part {p}", part == p) for p in range(1, 8)]
+    table = []
+    for name, mask in slices:
+        labels = results["answered_correctly"].to_numpy()[mask]
+        scores = results["prediction"].to_numpy()[mask]
+        table.append(
+            {
+                "slice": name,
+                "rows": int(mask.sum()),
+                "auc": _auc(labels, scores),
+                "share_correct": float(labels.mean()) if len(labels) else float("nan"),
+            }
+        )
+    return pd.DataFrame(table)
+
+
+def run_emulated(output_dir: Path, config: InferConfig) -> dict:
+    """Stream fold `config.fold`'s validation rows through the emulator."""
+    fold_dir = output_dir / f"fold{config.fold}"
+    device = resolve_device(config.device)
+    model, checkpoint = load_model(fold_dir / config.checkpoint, device)
+    data = load_fold_data(output_dir, config.fold)
+    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    fold = Fold.load(output_dir, config.fold)
+    parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
+    snapshot = build_snapshot(data.sequences, arrays.users, data.train_length, model.config.window)
+    state = OnlineState(model, parts, device, snapshot, config.cache_students)
+    env = Emulator.from_fold(arrays, fold, EmulatorConfig(config.seed, config.max_group_students))
+    timing = stream_loop(env, state, config.progress)
+    results = env.results()
+    student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1
+    results["new_student"] = fold.user_cut[student] == 0
+    table = stream_metrics(results, parts)
+    summary = {
+        "fold": config.fold,
+        "checkpoint": str(fold_dir / config.checkpoint),
+        "checkpoint_epoch": checkpoint.get("epoch"),
+        "auc": float(table.loc[0, "auc"]),
+        **timing,
+        "state_bytes_per_student": state.state_bytes_per_student(),
+        "cache_students": config.cache_students,
+        "cache_builds": state.builds,
+        "cache_rebuilds": state.rebuilds,
+        "cache_evictions": state.pool.evictions,
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+    }
+    write_outputs(fold_dir, results, table, summary)
+    write_run_record(fold_dir, "infer", asdict(config))
+    return summary
+
+
+def write_outputs(fold_dir: Path, results: pd.DataFrame, table: pd.DataFrame, summary: dict):
+    with atomic_file(fold_dir / "submission.csv") as tmp:
+        results[["row_id", "prediction"]].rename(
+            columns={"prediction": "answered_correctly"}
+        ).to_csv(tmp, index=False)
+    with atomic_file(fold_dir / "stream_predictions.parquet") as tmp:
+        results.to_parquet(tmp, index=False)
+    with atomic_file(fold_dir / "stream_metrics.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    lines = ["| slice | rows | AUC | share correct |", "|---|---:|---:|---:|"]
+    lines += [
+        f"| {r.slice} | {r.rows:,} | {r.auc:.4f} | {r.share_correct:.3f} |"
+        for r in table.itertuples()
+    ]
+    lines += [
+        "",
+        f"{summary['rows']:,} question rows in {summary['groups']:,} groups, "
+        f"{summary['seconds']:.1f} s, {summary['rows_per_s']:,.0f} rows/s "
+        f"({summary['device']}, {summary['torch_threads']} threads)",
+    ]
+    write_text(fold_dir / "stream_metrics.md", "\n".join(lines) + "\n")
+    write_json(fold_dir / "stream_summary.json", summary)
+
+
+# ---------------------------------------------------------------------------------------
+# Kaggle bundle and the competition's own API
+
+
+def full_snapshot(output_dir: Path, window: int) -> Snapshot:
+    data_dir = output_dir / DATA_SUBDIR
+    arrays = TrainArrays.load(data_dir)
+    sequences = build_sequences(arrays, question_parts(load_questions(data_dir)))
+    return build_snapshot(sequences, arrays.users, sequences.lengths(), window)
+
+
+def export_kaggle(output_dir: Path, fold: int, dest: Path, dataset_id: str) -> Path:
+    """Write the offline bundle a Kaggle notebook needs (see the module docstring)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    checkpoint = output_dir / f"fold{fold}" / "best.pt"
+    model, _ = load_model(checkpoint, "cpu")
+    if dest.resolve() != output_dir.resolve():
+        with atomic_file(dest / f"fold{fold}" / "best.pt") as tmp:
+            shutil.copyfile(checkpoint, tmp)
+    full_snapshot(output_dir, model.config.window).save(dest / "state" / "snapshot.npz")
+    questions = load_questions(output_dir / DATA_SUBDIR)
+    with atomic_file(dest / "state" / "questions.parquet") as tmp:
+        questions.to_parquet(tmp, index=False)
+    code = dest / "code"
+    staging = dest / ".code.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(PACKAGE_DIR, staging / "common", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO_DIR / "04_infer.py", staging / "04_infer.py")
+    shutil.rmtree(code, ignore_errors=True)
+    os.replace(staging, code)
+    write_json(
+        dest / "dataset-metadata.json",
+        {"title": "Riiid SAINT model", "id": dataset_id, "licenses": [{"name": "CC0-1.0"}]},
+    )
+    write_text(dest / "KAGGLE.md", KAGGLE_NOTE.format(fold=fold))
+    return dest
+
+
+KAGGLE_NOTE = """# Running the submission in a Kaggle notebook
+
+Add this dataset to a notebook of the Riiid! Answer Correctness Prediction competition
+(internet off), then run one cell:
+
+    !python /kaggle/input/<this-dataset>/code/04_infer.py --competition \\
+        --model-dir /kaggle/input/<this-dataset> --fold {fold}
+
+04_infer.py imports the competition's `riiideducation` module, streams every test group
+through the same online state as the local emulator, and the API writes submission.csv.
+"""
+
+
+def run_competition(model_dir: Path, fold: int, device_name: str, cache_students: int) -> dict:
+    """The same loop against the real `riiideducation` API (in a Kaggle notebook)."""
+    import riiideducation  # only present in the competition's notebooks
+
+    device = resolve_device(device_name)
+    model, _ = load_model(model_dir / f"fold{fold}" / "best.pt", device)
+    snapshot = Snapshot.load(model_dir / "state" / "snapshot.npz")
+    parts = question_parts(pd.read_parquet(model_dir / "state" / "questions.parquet"))
+    state = OnlineState(model, parts, device, snapshot, cache_students)
+    env = riiideducation.make_env()
+    timing = stream_loop(env, state, progress=False)
+    print(json.dumps(timing))
+    return timing

@@ -1,0 +1,490 @@
+"""Per-student online state for streaming inference under the test API's rules.
+
+Each student keeps a ring of their last questions with the same per-question fields as
+common.features.QuestionSequences, filled only from what the API reveals:
+    - a container's questions, part and lag when it arrives (lag = time since the
+      student's previous question container);
+    - its responses and answers from the next group's prior_group_answers_correct /
+      prior_group_responses;
+    - its elapsed time and explanation flag from the student's next question container
+      (prior_question_elapsed_time / prior_question_had_explanation).
+Model inputs are then built by the same `step_inputs` as training and validation.
+
+Students active in the stream also keep the model's key/value cache (common/model.py) so
+a new container costs only its own positions. Caches live in a fixed pool with LRU
+eviction; an evicted student is rebuilt from their ring (the last `window` questions as
+one block), which is exact for students that were never evicted and a close
+approximation otherwise (reported in the metrics as rebuilds).
+
+Several containers of one student inside one group (the emulator never does this) are
+merged into one container: none of their outcomes is known before all are predicted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from common.features import (
+    ANSWER_PAD,
+    SEQUENCE_FIELDS,
+    QuestionSequences,
+    elapsed_bucket,
+    explanation_code,
+    lag_bucket,
+    step_inputs,
+)
+from common.files import atomic_file
+from common.model import SAINT, ModelCache
+from common.predict import to_tensors
+from common.schema import QUESTION
+
+RING_EXTRA = 16  # ring slack beyond the window: room for the incoming container
+FIELD_DTYPES = {
+    "question": np.int16,
+    "part": np.int8,
+    "response": np.int8,
+    "answer": np.int8,
+    "elapsed": np.int16,
+    "explanation": np.int8,
+    "lag": np.int8,
+    "container_first": np.int64,
+    "timestamp": np.int64,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# snapshot: the start state of students seen in training
+
+
+@dataclass
+class Snapshot:
+    """Each known student's last `window` questions (positions n_items - window ..
+    n_items - 1; entries before position 0 unused) and where their history stands."""
+
+    users: np.ndarray  # (n,) int64
+    n_items: np.ndarray  # (n,) int64 questions answered so far
+    last_first: np.ndarray  # (n,) int64 position of the last container's first question
+    fields: dict[str, np.ndarray]  # name -> (n, window)
+
+    @property
+    def window(self) -> int:
+        return next(iter(self.fields.values())).shape[1]
+
+    def save(self, path) -> None:
+        with atomic_file(path) as tmp, open(tmp, "wb") as handle:
+            np.savez_compressed(
+                handle,
+                users=self.users,
+                n_items=self.n_items,
+                last_first=self.last_first,
+                **{f"field_{k}": v for k, v in self.fields.items()},
+            )
+
+    @classmethod
+    def load(cls, path) -> Snapshot:
+        with np.load(path) as data:
+            fields = {k[6:]: data[k] for k in data.files if k.startswith("field_")}
+            return cls(data["users"], data["n_items"], data["last_first"], fields)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.fields.values()) + 3 * 8 * len(self.users)
+
+
+def build_snapshot(
+    sequences: QuestionSequences, users: np.ndarray, length: np.ndarray, window: int
+) -> Snapshot:
+    """Snapshot of questions [0, length[s]) of every student s with length > 0.
+
+    The last container's elapsed time and explanation flag are blanked: the API reveals
+    them only with the student's next container."""
+    keep = np.flatnonzero(length > 0)
+    n_items = length[keep].astype(np.int64)
+    positions = n_items[:, None] - window + np.arange(window)  # (n, W)
+    index = sequences.offsets[keep][:, None] + np.clip(positions, 0, None)
+    fields = {name: getattr(sequences, name)[index] for name in SEQUENCE_FIELDS}
+    last_first = fields["container_first"][:, -1].astype(np.int64)
+    unrevealed = positions >= last_first[:, None]
+    fields["elapsed"] = np.where(unrevealed, 0, fields["elapsed"])
+    fields["explanation"] = np.where(unrevealed, 0, fields["explanation"])
+    fields = {k: v.astype(FIELD_DTYPES[k]) for k, v in fields.items()}
+    return Snapshot(np.asarray(users)[keep].astype(np.int64), n_items, last_first, fields)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+class RingSource:
+    """step_inputs source over the rings: fields of (slot, position)."""
+
+    def __init__(self, state: OnlineState):
+        self.state = state
+
+    def take(self, owner: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+        column = positions % self.state.ring
+        return {name: ring[owner[:, None], column] for name, ring in self.state.rings.items()}
+
+
+class OnlineState:
+    """Students' rings and the model's cache pool; `predict(test_df)` per API group."""
+
+    def __init__(
+        self,
+        model: SAINT,
+        parts: np.ndarray,
+        device: torch.device,
+        snapshot: Snapshot | None = None,
+        cache_students: int = 4096,
+    ):
+        self.model = model.eval()
+        self.config = model.config
+        self.window = model.config.window
+        self.ring = self.window + RING_EXTRA
+        self.parts = parts
+        self.device = device
+        self.slot_of: dict[int, int] = {}
+        self.capacity = 0
+        self.rings: dict[str, np.ndarray] = {}
+        self.n_items = np.zeros(0, dtype=np.int64)
+        self.last_first = np.zeros(0, dtype=np.int64)  # -1: no question yet
+        self.last_timestamp = np.zeros(0, dtype=np.int64)
+        self.session_start = np.zeros(0, dtype=np.int64)
+        self.key_from = np.zeros(0, dtype=np.int64)
+        self.cache_index = np.zeros(0, dtype=np.int64)  # -1: no cache
+        self.built = np.zeros(0, dtype=bool)  # had a cache before (a build now is a rebuild)
+        self._grow(max(1024, len(snapshot.users) if snapshot else 0))
+        if snapshot is not None:
+            self._load_snapshot(snapshot)
+        self.pool = CachePool(model, max(cache_students, 1), device)
+        self.previous: np.ndarray | None = None  # (rows, 2) slot, position of last group
+        self.rebuilds = 0
+        self.builds = 0
+
+    # -- storage -----------------------------------------------------------------------
+    def _grow(self, needed: int) -> None:
+        if needed <= self.capacity:
+            return
+        capacity = max(needed, 2 * self.capacity)
+
+        def grown(array: np.ndarray, fill, width: int | None = None) -> np.ndarray:
+            shape = (capacity,) if width is None else (capacity, width)
+            out = np.full(shape, fill, dtype=array.dtype)
+            out[: len(array)] = array
+            return out
+
+        for name, dtype in FIELD_DTYPES.items():
+            self.rings[name] = grown(
+                self.rings.get(name, np.zeros((0, self.ring), dtype=dtype)), 0, self.ring
+            )
+        self.n_items = grown(self.n_items, 0)
+        self.last_first = grown(self.last_first, -1)
+        self.last_timestamp = grown(self.last_timestamp, -1)
+        self.session_start = grown(self.session_start, 0)
+        self.key_from = grown(self.key_from, 0)
+        self.cache_index = grown(self.cache_index, -1)
+        self.built = grown(self.built, False)
+        self.capacity = capacity
+
+    def _load_snapshot(self, snapshot: Snapshot) -> None:
+        if snapshot.window < self.window:
+            raise ValueError(
+                f"snapshot keeps {snapshot.window} questions per student, the model's window "
+                f"is {self.window}"
+            )
+        n = len(snapshot.users)
+        slots = np.arange(n)
+        self.slot_of = dict(zip(snapshot.users.tolist(), slots.tolist(), strict=True))
+        positions = snapshot.n_items[:, None] - snapshot.window + np.arange(snapshot.window)
+        valid = positions >= 0
+        rows, cols = np.nonzero(valid)
+        for name, values in snapshot.fields.items():
+            self.rings[name][rows, positions[rows, cols] % self.ring] = values[rows, cols]
+        self.n_items[:n] = snapshot.n_items
+        self.last_first[:n] = snapshot.last_first
+        self.last_timestamp[:n] = snapshot.fields["timestamp"][:, -1]
+
+    def _slots(self, users: np.ndarray) -> np.ndarray:
+        slots = np.empty(len(users), dtype=np.int64)
+        for i, user in enumerate(users.tolist()):
+            slot = self.slot_of.get(user)
+            if slot is None:
+                slot = len(self.slot_of)
+                self._grow(slot + 1)
+                self.slot_of[user] = slot
+            slots[i] = slot
+        return slots
+
+    def state_bytes_per_student(self) -> dict[str, float]:
+        ring = sum(r.itemsize * self.ring for r in self.rings.values()) + 6 * 8
+        return {"ring": ring, "cache": self.pool.bytes_per_student()}
+
+    # -- the API -----------------------------------------------------------------------
+    def apply_previous_group(self, correct: str | float, responses: str | float) -> None:
+        """Record the previous group's outcomes (its first row's string-encoded lists)."""
+        if self.previous is None or not isinstance(correct, str):
+            return
+        correct_list = np.asarray(json.loads(correct), dtype=np.int64)
+        answer_list = np.asarray(json.loads(responses), dtype=np.int64)
+        if len(correct_list) != len(self.previous) or len(answer_list) != len(self.previous):
+            raise ValueError(
+                f"prior_group_answers_correct has {len(correct_list)} entries and "
+                f"prior_group_responses {len(answer_list)}; the previous group had "
+                f"{len(self.previous)} rows"
+            )
+        slot, position = self.previous[:, 0], self.previous[:, 1]
+        known = slot >= 0
+        column = position[known] % self.ring
+        self.rings["response"][slot[known], column] = correct_list[known]
+        answer = np.where((answer_list >= 0) & (answer_list < ANSWER_PAD), answer_list, ANSWER_PAD)
+        self.rings["answer"][slot[known], column] = answer[known]
+
+    def predict(self, test_df: pd.DataFrame) -> np.ndarray:
+        """Probabilities for test_df's question rows, in their order."""
+        first = test_df.iloc[0] if len(test_df) else None
+        if first is not None and "prior_group_answers_correct" in test_df.columns:
+            self.apply_previous_group(
+                first["prior_group_answers_correct"], first["prior_group_responses"]
+            )
+        is_question = test_df["content_type_id"].to_numpy() == QUESTION
+        previous = np.full((len(test_df), 2), -1, dtype=np.int64)
+        if not is_question.any():
+            self.previous = previous
+            return np.zeros(0, dtype=np.float32)
+        rows = test_df[is_question]
+        users = rows["user_id"].to_numpy().astype(np.int64)
+        unique, first_row, inverse, counts = np.unique(
+            users, return_index=True, return_inverse=True, return_counts=True
+        )
+        slots = self._slots(unique)
+        start = self.n_items[slots].copy()  # (U,) position of each new container
+        rank = np.zeros(len(users), dtype=np.int64)
+        order = np.argsort(inverse, kind="stable")
+        rank[order] = np.arange(len(users)) - np.repeat(np.cumsum(counts) - counts, counts)
+        position = start[inverse] + rank
+        self._reveal_previous(slots, start, rows, first_row)
+        self._append(slots, start, counts, rows, inverse, position, first_row)
+        probability = self._forward(slots, start, counts)
+        previous[is_question, 0] = slots[inverse]
+        previous[is_question, 1] = position
+        self.previous = previous
+        return probability[inverse, rank]
+
+    # -- steps ---------------------------------------------------------------------------
+    def _reveal_previous(self, slots, start, rows: pd.DataFrame, first_row) -> None:
+        """The new container's prior_question_* fill in the previous container's
+        elapsed time and explanation flag."""
+        elapsed_ms = rows["prior_question_elapsed_time"].to_numpy(dtype=float)[first_row]
+        flag = rows["prior_question_had_explanation"].to_numpy(dtype=object)[first_row]
+        flag = np.array([-1 if pd.isna(v) else int(bool(v)) for v in flag], dtype=np.int8)
+        last = self.last_first[slots]
+        has_previous = last >= 0
+        elapsed, explanation = elapsed_bucket(elapsed_ms), explanation_code(flag)
+        span = int((start - np.where(has_previous, last, start)).max(initial=0))
+        for offset in range(span):
+            at = last + offset
+            hit = has_previous & (at < start)
+            column = at[hit] % self.ring
+            self.rings["elapsed"][slots[hit], column] = elapsed[hit]
+            self.rings["explanation"][slots[hit], column] = explanation[hit]
+
+    def _append(self, slots, start, counts, rows: pd.DataFrame, inverse, position, first_row):
+        if counts.max() > RING_EXTRA:
+            raise ValueError(
+                f"a student has {counts.max()} questions in one group; at most {RING_EXTRA} fit"
+            )
+        timestamp = rows["timestamp"].to_numpy().astype(np.int64)[first_row]
+        previous_time = self.last_timestamp[slots]
+        lag_ms = np.where(self.last_first[slots] >= 0, timestamp - previous_time, np.nan)
+        question = rows["content_id"].to_numpy().astype(np.int64)
+        known_part = (question >= 0) & (question < len(self.parts))
+        part = np.where(known_part, self.parts[np.clip(question, 0, len(self.parts) - 1)], 0)
+        values = {
+            "question": question,
+            "part": part,
+            "response": 0,
+            "answer": ANSWER_PAD,
+            "elapsed": 0,
+            "explanation": 0,
+            "lag": lag_bucket(lag_ms)[inverse],
+            "container_first": start[inverse],
+            "timestamp": timestamp[inverse],
+        }
+        column = position % self.ring
+        for name, value in values.items():
+            self.rings[name][slots[inverse], column] = value
+        self.last_first[slots] = start
+        self.last_timestamp[slots] = timestamp
+        self.n_items[slots] = start + counts
+
+    def _forward(self, slots, start, counts) -> np.ndarray:
+        """Build missing caches, then one batched step over the new containers."""
+        cache_index, missing = self.pool.acquire(slots, self.cache_index)
+        self.cache_index = cache_index
+        if len(missing):
+            self._build(slots[missing], start[missing])
+        n = self.config.n_questions
+        inputs = step_inputs(
+            RingSource(self),
+            slots,
+            self.session_start[slots],
+            start,
+            counts,
+            self.key_from[slots],
+            start - self.key_from[slots] + 1,
+            n,
+        )
+        index = self.cache_index[slots]
+        with torch.no_grad():
+            logits, cache = self.model(
+                to_tensors(inputs, self.device), self.pool.gather(index), return_cache=True
+            )
+        self.pool.scatter(index, cache)
+        self.key_from[slots] = start + 1
+        return torch.sigmoid(logits.float()).cpu().numpy()
+
+    def _build(self, slots: np.ndarray, start: np.ndarray) -> None:
+        """Encode each student's last `window` questions before `start` as one block
+        (the state a continuing student starts from)."""
+        self.builds += int((start > 0).sum())
+        self.rebuilds += int(self.built[slots].sum())
+        self.built[slots] = True
+        block_start = np.maximum(start - self.window, 0)
+        has_history = start > 0
+        previous_first = self.rings["container_first"][slots, (start - 1) % self.ring]
+        last_first = np.where(has_history, np.maximum(previous_first, block_start), block_start)
+        self.session_start[slots] = block_start
+        key_count = np.where(has_history, last_first - block_start + 1, 0)
+        self.key_from[slots] = np.where(has_history, last_first + 1, 0)
+        index = self.cache_index[slots]
+        self.pool.reset(index)
+        if not has_history.any():
+            return
+        inputs = step_inputs(
+            RingSource(self),
+            slots,
+            block_start,
+            block_start,
+            start - block_start,
+            block_start,
+            key_count,
+            self.config.n_questions,
+        )
+        with torch.no_grad():
+            _, cache = self.model(to_tensors(inputs, self.device), None, return_cache=True)
+        self.pool.scatter(index, cache)
+
+
+class CachePool:
+    """The model's cache for up to `size` students in preallocated tensors, with LRU
+    eviction."""
+
+    def __init__(self, model: SAINT, size: int, device: torch.device):
+        self.model = model
+        self.size = size
+        self.device = device
+        self.window = model.config.window
+        self.tensors: ModelCache | None = None
+        self.lru: OrderedDict[int, int] = OrderedDict()  # cache index -> slot
+        self.free = list(range(size - 1, -1, -1))
+        self.evictions = 0
+
+    def _allocate(self) -> None:
+        """Shapes come from one tiny forward pass, so any attention variant fits."""
+        zeros = {
+            "question": np.zeros((1, 1), np.int64),
+            "part": np.zeros((1, 1), np.int64),
+            "position": np.zeros((1, 1), np.int64),
+            "valid": np.ones((1, 1), bool),
+            "query_limit": np.zeros((1, 1), np.int64),
+            "query_key_index": np.zeros((1, 1), np.int64),
+            "key_position": np.zeros((1, 1), np.int64),
+            "key_valid": np.ones((1, 1), bool),
+            "key_response": np.full((1, 1), 2, np.int64),
+            "key_elapsed": np.zeros((1, 1), np.int64),
+            "key_explanation": np.zeros((1, 1), np.int64),
+            "key_answer": np.zeros((1, 1), np.int64),
+            "key_lag": np.zeros((1, 1), np.int64),
+        }
+        with torch.no_grad():
+            _, probe = self.model(to_tensors(zeros, self.device), None, return_cache=True)
+
+        def blank(t: torch.Tensor, fill: float) -> torch.Tensor:
+            return torch.full(
+                (self.size, self.window, *t.shape[2:]), fill, dtype=t.dtype, device=self.device
+            )
+
+        self.tensors = ModelCache(
+            query_position=blank(probe.query_position, -1),
+            key_position=blank(probe.key_position, -1),
+            encoder=[tuple(blank(t, 0) for t in s) for s in probe.encoder],
+            cross=[tuple(blank(t, 0) for t in s) for s in probe.cross],
+            decoder=[tuple(blank(t, 0) for t in s) for s in probe.decoder],
+        )
+
+    def bytes_per_student(self) -> int:
+        if self.tensors is None:
+            self._allocate()
+        return sum(t[0].numel() * t.element_size() for t in self.tensors.tensors())
+
+    def acquire(self, slots: np.ndarray, cache_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Make sure every slot has a cache entry; returns the updated slot -> index map
+        and which of `slots` got a fresh (empty) entry."""
+        if len(slots) > self.size:
+            raise ValueError(f"a group has {len(slots)} students; the cache pool holds {self.size}")
+        if self.tensors is None:
+            self._allocate()
+        missing = []
+        active = set(slots.tolist())
+        for i, slot in enumerate(slots.tolist()):
+            index = int(cache_index[slot])
+            if index >= 0:
+                self.lru.move_to_end(index)
+                continue
+            if not self.free:
+                victim_index = next(i for i, s in self.lru.items() if s not in active)
+                victim_slot = self.lru.pop(victim_index)
+                cache_index[victim_slot] = -1
+                self.free.append(victim_index)
+                self.evictions += 1
+            index = self.free.pop()
+            self.lru[index] = slot
+            cache_index[slot] = index
+            missing.append(i)
+        return cache_index, np.asarray(missing, dtype=np.int64)
+
+    def reset(self, index: np.ndarray) -> None:
+        rows = torch.as_tensor(index, device=self.device)
+        self.tensors.query_position[rows] = -1
+        self.tensors.key_position[rows] = -1
+
+    def gather(self, index: np.ndarray) -> ModelCache:
+        rows = torch.as_tensor(index, device=self.device)
+        t = self.tensors
+
+        def pick(group):
+            return [tuple(x.index_select(0, rows) for x in states) for states in group]
+
+        return ModelCache(
+            t.query_position.index_select(0, rows),
+            t.key_position.index_select(0, rows),
+            pick(t.encoder),
+            pick(t.cross),
+            pick(t.decoder),
+        )
+
+    def scatter(self, index: np.ndarray, cache: ModelCache) -> None:
+        rows = torch.as_tensor(index, device=self.device)
+        for target, source in zip(self.tensors.tensors(), cache.tensors(), strict=True):
+            width = source.shape[1]
+            if width < self.window:
+                fill = -1 if target.dtype == torch.long else 0
+                pad = source.new_full(
+                    (source.shape[0], self.window - width, *source.shape[2:]), fill
+                )
+                source = torch.cat((source, pad), 1)
+            target.index_copy_(0, rows, source.to(target.dtype))

@@ -1,0 +1,120 @@
+"""Teacher-forced, batched prediction of validation tails with the full history as context.
+
+Each student's prediction runs exactly as the online state does (common/stream.py), only
+batched over students and over many containers at once: the last `window` history
+questions are encoded as one block (the state a continuing student starts from), then
+the validation questions follow in chunks of whole containers, each attending to the
+cached keys of the `window` questions before it. Predictions therefore equal streaming
+predictions for the same rows (tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from common.features import FlatSource, QuestionSequences, step_inputs
+from common.model import SAINT, ModelCache
+
+
+def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    return {
+        name: torch.from_numpy(np.ascontiguousarray(value)).to(device, non_blocking=True)
+        for name, value in batch.items()
+    }
+
+
+@dataclass
+class Plan:
+    """One student's steps: a block over the history's last window, then chunks."""
+
+    session_start: int
+    steps: list[tuple[int, int, int, int]]  # (query_from, query_count, key_from, key_count)
+
+
+def plan_student(
+    container_first: np.ndarray, history: int, end: int, window: int, chunk: int
+) -> Plan:
+    """container_first: the student's (n,) container-start positions. Questions
+    [history, end) are to be predicted after the history [0, history)."""
+    start = max(0, history - window)
+    steps = []
+    key_from = start
+    if history > 0:
+        last_first = max(int(container_first[history - 1]), start)
+        steps.append((start, history - start, start, last_first - start + 1))
+        key_from = last_first + 1
+    position = history
+    while position < end:
+        stop = min(position + chunk, end)
+        # a chunk holds whole containers: move the stop back to a container start
+        while stop < end and container_first[stop] != stop and stop > position + 1:
+            stop -= 1
+        while stop < end and container_first[stop] != stop:
+            stop += 1  # a single container longer than the chunk
+        last_first = int(container_first[stop - 1])
+        steps.append((position, stop - position, key_from, last_first - key_from + 1))
+        key_from, position = last_first + 1, stop
+    return Plan(start, steps)
+
+
+@torch.no_grad()
+def predict_tails(
+    model: SAINT,
+    sequences: QuestionSequences,
+    students: np.ndarray,
+    history: np.ndarray,
+    end: np.ndarray,
+    device: torch.device,
+    batch_size: int = 256,
+    chunk: int | None = None,
+) -> np.ndarray:
+    """Probabilities for questions [history[i], end[i]) of each students[i], as a flat
+    array aligned with np.concatenate of those ranges (student order as given)."""
+    window = model.config.window
+    chunk = chunk or window
+    model.eval()
+    out = np.zeros(int((end - history).sum()), dtype=np.float32)
+    out_start = np.concatenate(([0], np.cumsum(end - history)[:-1])).astype(np.int64)
+    plans = []
+    for s, h, e in zip(students, history, end, strict=True):
+        cf = sequences.container_first[sequences.offsets[s] : sequences.offsets[s + 1]]
+        plans.append(plan_student(cf, int(h), int(e), window, chunk))
+    # students with similar step counts share a batch, so few rows idle
+    order = np.argsort([len(p.steps) for p in plans], kind="stable")
+    source = FlatSource(sequences)
+    for lo in range(0, len(order), batch_size):
+        members = order[lo : lo + batch_size]
+        owner = students[members]
+        session = np.array([plans[i].session_start for i in members])
+        cache: ModelCache | None = None
+        n_steps = max(len(plans[i].steps) for i in members)
+        for step in range(n_steps):
+            spec = np.array(
+                [
+                    plans[i].steps[step] if step < len(plans[i].steps) else (0, 0, 0, 0)
+                    for i in members
+                ]
+            )
+            query_from, query_count, key_from, key_count = spec.T
+            inputs = step_inputs(
+                source,
+                owner,
+                session,
+                query_from,
+                query_count,
+                key_from,
+                key_count,
+                model.config.n_questions,
+            )
+            logits, cache = model(to_tensors(inputs, device), cache, return_cache=True)
+            probability = torch.sigmoid(logits.float()).cpu().numpy()
+            for row, i in enumerate(members):
+                q_from, q_count = int(query_from[row]), int(query_count[row])
+                if q_count == 0 or q_from < history[i]:
+                    continue  # the history block: context only
+                at = out_start[i] + q_from - history[i]
+                out[at : at + q_count] = probability[row, :q_count]
+    return out

@@ -1,0 +1,173 @@
+"""SAINT/SAINT+ model: mask convention, no leakage inside a task container (on real rows),
+causality, and the cache (incremental == block)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from common.features import FlatSource, build_sequences, step_inputs, window_inputs
+from common.model import SAINT, ModelConfig, attention_mask
+from common.predict import plan_student, to_tensors
+from tests.helpers import preprocess_real_rows
+
+ALL_FEATURES = ("elapsed", "lag", "explanation", "answer")
+
+
+def small_model(n_questions: int, **overrides) -> SAINT:
+    torch.manual_seed(0)
+    values = dict(
+        n_questions=n_questions,
+        d_model=32,
+        n_heads=4,
+        window=40,
+        dropout=0.0,
+        decoder_features=ALL_FEATURES,
+    )
+    values.update(overrides)
+    return SAINT(ModelConfig(**values)).eval()
+
+
+def run(model: SAINT, inputs: dict) -> np.ndarray:
+    with torch.no_grad():
+        return model(to_tensors(inputs, torch.device("cpu"))).numpy()
+
+
+def test_attention_mask_convention():
+    # one row: queries at positions 0..3 with limits (causal) 0..3; window 2
+    position = torch.arange(4)[None]
+    valid = torch.ones(1, 4, dtype=torch.bool)
+    mask = attention_mask(position, valid, position, valid, window=2)[0, 0]
+    expected = torch.tensor(
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]], dtype=torch.bool
+    )
+    assert torch.equal(mask, expected)  # True = may attend, banded to the last 2 keys
+    # a container limit: queries 1..3 in one container starting at 1 see keys <= 1 only
+    limit = torch.tensor([[0, 1, 1, 1]])
+    mask = attention_mask(limit, valid, position, valid, window=4)[0, 0]
+    assert mask[3].tolist() == [True, True, False, False]
+    # padded queries see every key (no empty softmax row); invalid keys are never seen
+    key_valid = torch.tensor([[True, True, False, True]])
+    query_valid = torch.tensor([[True, True, True, False]])
+    mask = attention_mask(position, query_valid, position, key_valid, window=4)[0, 0]
+    assert not mask[:3, 2].any() and mask[3].all()
+
+
+def test_model_config_rejects_unknown_keys():
+    with pytest.raises(ValueError, match="unknown ModelConfig keys"):
+        ModelConfig.from_dict({"n_questions": 10, "d_modell": 32})
+    with pytest.raises(ValueError, match="unknown decoder features"):
+        ModelConfig(n_questions=10, decoder_features=("speed",))
+
+
+@pytest.fixture(scope="module")
+def real_sequences(tmp_path_factory):
+    """The 5 real students with complete histories (../shared/data)."""
+    tmp = tmp_path_factory.mktemp("real5")
+    _, arrays, parts = preprocess_real_rows(tmp, "train_strict_format_5users.csv")
+    return build_sequences(arrays, parts)
+
+
+def _multi_question_containers(sequences, student, start, length):
+    first = sequences.container_first[sequences.offsets[student] + np.arange(start, start + length)]
+    values, counts = np.unique(first[first >= start], return_counts=True)
+    return [int(v) for v, c in zip(values, counts, strict=True) if c >= 2]
+
+
+def test_no_leakage_inside_a_task_container(real_sequences):
+    """Changing the outcome of a question (response, answer, elapsed time, explanation)
+    leaves every other prediction of its container unchanged, and changes later ones."""
+    seq = real_sequences
+    model = small_model(13523)
+    student = int(np.argmax(seq.lengths()))
+    start, length = 200, 40
+    containers = _multi_question_containers(seq, student, start, length)
+    assert containers, "the real rows should have bundles of several questions"
+    inputs = window_inputs(seq, np.array([student]), np.array([start]), np.array([length]), 13523)
+    base = run(model, inputs)[0]
+    first = seq.container_first[seq.offsets[student] + np.arange(start, start + length)]
+    for container in containers:
+        members = np.flatnonzero(first == container)
+        for member in members:
+            flat = seq.offsets[student] + start + member
+            saved = {
+                k: getattr(seq, k)[flat].copy()
+                for k in ("response", "answer", "elapsed", "explanation")
+            }
+            seq.response[flat] ^= 1
+            seq.answer[flat] = (seq.answer[flat] + 1) % 4
+            seq.elapsed[flat] = 250
+            seq.explanation[flat] = 1 if seq.explanation[flat] != 1 else 2
+            changed = window_inputs(
+                seq, np.array([student]), np.array([start]), np.array([length]), 13523
+            )
+            for k, v in saved.items():
+                getattr(seq, k)[flat] = v
+            after = run(model, changed)[0]
+            assert np.array_equal(after[members], base[members]), (container, member)
+            assert np.array_equal(after[: members[0]], base[: members[0]])
+            later = slice(members[-1] + 1, length)
+            if members[-1] + 1 < length:
+                assert not np.allclose(after[later], base[later]), "later containers must see it"
+
+
+def test_encoder_is_causal(real_sequences):
+    seq = real_sequences
+    model = small_model(13523)
+    student = int(np.argmax(seq.lengths()))
+    args = (np.array([student]), np.array([0]), np.array([30]), 13523)
+    inputs = window_inputs(seq, *args)
+    base = run(model, inputs)[0]
+    inputs["question"][0, 20] = (inputs["question"][0, 20] + 7) % 13523
+    after = run(model, inputs)[0]
+    assert np.array_equal(after[:20], base[:20])
+    assert not np.allclose(after[20:], base[20:])
+
+
+@pytest.mark.parametrize("attention", ["mha", "mla"])
+def test_incremental_steps_equal_one_block(real_sequences, attention):
+    """A block over the history, then container-sized steps through the cache, gives the
+    same logits as one window over the same positions (the cache is exact)."""
+    seq = real_sequences
+    model = small_model(13523, attention=attention, kv_latent_dim=16)
+    student = int(np.argmax(seq.lengths()))
+    cf = seq.container_first[seq.offsets[student] : seq.offsets[student + 1]]
+    first_starts = np.flatnonzero(cf == np.arange(len(cf)))
+    begin = int(first_starts[first_starts >= 300][0])
+    history = int(first_starts[first_starts >= begin + 15][0])
+    end = int(first_starts[first_starts >= begin + 39][0])
+    # shift positions so the block starts at `begin` (the plan starts at history - window)
+    plan = plan_student(cf, history, end, window=history - begin, chunk=3)
+    assert plan.session_start == begin
+    source = FlatSource(seq)
+    owner, session = np.array([student]), np.array([plan.session_start])
+    cache, outputs = None, []
+    for q_from, q_count, k_from, k_count in plan.steps:
+        inputs = step_inputs(
+            source,
+            owner,
+            session,
+            np.array([q_from]),
+            np.array([q_count]),
+            np.array([k_from]),
+            np.array([k_count]),
+            13523,
+        )
+        with torch.no_grad():
+            logits, cache = model(to_tensors(inputs, torch.device("cpu")), cache, True)
+        outputs.append(logits[0, :q_count].numpy())
+    stepped = np.concatenate(outputs)
+    block = run(
+        model, window_inputs(seq, owner, np.array([begin]), np.array([end - begin]), 13523)
+    )[0]
+    assert len(stepped) == end - begin
+    np.testing.assert_allclose(stepped, block, atol=1e-5)
+
+
+def test_unknown_question_ids_are_mapped(real_sequences):
+    seq = real_sequences
+    model = small_model(100)  # ids >= 100 are unknown to this model
+    inputs = window_inputs(seq, np.array([0]), np.array([0]), np.array([10]), 100)
+    assert inputs["question"].max() <= 100
+    assert np.isfinite(run(model, inputs)).all()

@@ -1,0 +1,374 @@
+"""Streaming inference: the emulator against the real example stream, predict()'s rules,
+streaming == teacher-forced batch predictions, no look-ahead, one feature path, and the
+Kaggle bundle running on its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
+from common.features import SEQUENCE_FIELDS, build_sequences
+from common.folds import Fold, FoldConfig, make_folds
+from common.inference import export_kaggle, stream_loop
+from common.model import SAINT, ModelConfig
+from common.online import OnlineState, build_snapshot
+from common.predict import predict_tails
+from common.schema import TEST_COLUMNS
+from common.training import load_fold_data, save_checkpoint
+from tests.helpers import REPO, make_tiny_demo, preprocess_real_rows, shared_file
+
+CPU = torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------------------
+# the emulator against the competition's real example stream
+
+
+def example_rows() -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """The real example stream, and the train-format rows behind it: labels of groups 0-2
+    come from the next group's prior_group_* lists (group 3's are unknown: zeros)."""
+    example = pd.read_csv(shared_file("riiid_example_test", "example_test_reconstructed.csv"))
+    sizes = example.groupby("group_num").size().to_numpy()
+    correct = np.zeros(len(example), dtype=np.int8)
+    answer = np.zeros(len(example), dtype=np.int8)
+    bounds = np.concatenate(([0], np.cumsum(sizes)))
+    for group in range(1, len(sizes)):
+        first = example.iloc[bounds[group]]
+        lo, hi = bounds[group - 1], bounds[group]
+        correct[lo:hi] = json.loads(first["prior_group_answers_correct"])
+        answer[lo:hi] = json.loads(first["prior_group_responses"])
+    rows = example.drop(
+        columns=["group_num", "prior_group_answers_correct", "prior_group_responses"]
+    )
+    rows["user_answer"] = answer
+    rows["answered_correctly"] = correct
+    rows["prior_question_had_explanation"] = rows["prior_question_had_explanation"].astype(
+        "boolean"
+    )
+    return example, rows, sizes
+
+
+def test_emulator_reproduces_the_real_example_stream():
+    example, rows, sizes = example_rows()
+    env = Emulator(rows, group_sizes=sizes)
+    expected = example.set_index("group_num").astype(TEST_DTYPES)
+    served = []
+    for test_df, sample in env.iter_test():
+        group = int(test_df.index[0])
+        want = expected.loc[[group]]
+        assert list(test_df.columns) == TEST_COLUMNS == list(want.columns)
+        assert test_df.index.name == "group_num" and test_df.index.dtype == np.int64
+        assert test_df.dtypes.to_dict() == want.dtypes.to_dict()
+        pd.testing.assert_frame_equal(test_df, want)
+        # the string-encoded lists, byte for byte (group 0 carries '[]')
+        assert (
+            test_df["prior_group_answers_correct"].iloc[0]
+            == want["prior_group_answers_correct"].iloc[0]
+        )
+        assert test_df["prior_group_responses"].iloc[0] == want["prior_group_responses"].iloc[0]
+        assert test_df["prior_group_answers_correct"].iloc[1:].isna().all()
+        assert list(sample.columns) == ["row_id", "answered_correctly"]
+        assert (sample["answered_correctly"] == 0.5).all()
+        assert sample["row_id"].tolist() == test_df["row_id"].tolist()  # all questions here
+        env.predict(sample.assign(answered_correctly=0.25))
+        served.append(group)
+    assert served == [0, 1, 2, 3]
+    assert len(env.results()) == len(example)
+
+
+def test_lectures_are_served_but_not_predicted(tmp_path):
+    output_dir, arrays, _ = preprocess_real_rows(
+        tmp_path, "train_prefix_histories_420users.csv", assign_row_ids=True
+    )
+    make_folds(output_dir, FoldConfig(n_folds=5, seed=1, strategy="unseen"))
+    frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
+    env = Emulator(frame, EmulatorConfig(seed=3, max_group_students=50))
+    lectures = 0
+    previous_rows = None
+    for test_df, sample in env.iter_test():
+        lecture = test_df["content_type_id"].to_numpy() == 1
+        lectures += int(lecture.sum())
+        assert set(sample["row_id"]) == set(test_df["row_id"][~lecture])
+        assert test_df.groupby("user_id")["task_container_id"].nunique().max() == 1
+        if previous_rows is not None:  # lists cover every row of the previous group
+            assert len(json.loads(test_df["prior_group_answers_correct"].iloc[0])) == previous_rows
+        previous_rows = len(test_df)
+        env.predict(sample)
+    assert lectures > 0
+
+
+BAD_PREDICTIONS = [
+    ("missing row", lambda s: s.iloc[1:], "missing"),
+    ("extra row", lambda s: pd.concat([s, s.iloc[:1].assign(row_id=-5)]), "not a question row"),
+    ("duplicate row", lambda s: pd.concat([s, s.iloc[:1]]), "more than once"),
+    ("NaN", lambda s: s.assign(answered_correctly=np.nan), r"probability in \[0, 1\]"),
+    ("above one", lambda s: s.assign(answered_correctly=1.5), r"probability in \[0, 1\]"),
+    ("below zero", lambda s: s.assign(answered_correctly=-0.1), r"probability in \[0, 1\]"),
+    ("no column", lambda s: s.drop(columns="answered_correctly"), "no column"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "corrupt", "message"), BAD_PREDICTIONS, ids=[c[0] for c in BAD_PREDICTIONS]
+)
+def test_predict_rejects_bad_predictions(name, corrupt, message):
+    _, rows, sizes = example_rows()
+    env = Emulator(rows, group_sizes=sizes)
+    _, sample = next(env.iter_test())
+    with pytest.raises(StreamError, match=message):
+        env.predict(corrupt(sample))
+
+
+def test_predict_rejects_calls_out_of_turn():
+    _, rows, sizes = example_rows()
+    env = Emulator(rows, group_sizes=sizes)
+    with pytest.raises(StreamError, match="before iter_test"):
+        env.predict(pd.DataFrame({"row_id": [0], "answered_correctly": [0.5]}))
+    groups = env.iter_test()
+    _, sample = next(groups)
+    env.predict(sample)
+    with pytest.raises(StreamError, match="twice"):
+        env.predict(sample)
+    next(groups)  # group 1 handed out, never predicted
+    with pytest.raises(StreamError, match="never predicted"):
+        next(groups)
+    with pytest.raises(StreamError, match="not predicted"):
+        env.results()
+
+
+# ---------------------------------------------------------------------------------------
+# streaming against teacher-forced batches, on a tiny demo with a random model
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory) -> Path:
+    return make_tiny_demo(tmp_path_factory.mktemp("demo"))
+
+
+def random_model(n_questions: int, **overrides) -> SAINT:
+    torch.manual_seed(1)
+    config = dict(
+        n_questions=n_questions,
+        d_model=32,
+        n_heads=4,
+        window=24,
+        dropout=0.0,
+        decoder_features=("elapsed", "lag", "explanation", "answer"),
+    )
+    config.update(overrides)
+    return SAINT(ModelConfig(**config)).eval()
+
+
+def stream_predictions(
+    output_dir: Path, model: SAINT, frame=None, group_sizes=None, cache=4096, max_group=60
+):
+    data = load_fold_data(output_dir, 0)
+    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
+    snapshot = build_snapshot(data.sequences, arrays.users, data.train_length, model.config.window)
+    state = OnlineState(model, parts, CPU, snapshot, cache_students=cache)
+    if frame is None:
+        frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
+        env = Emulator(frame, EmulatorConfig(seed=5, max_group_students=max_group))
+    else:
+        env = Emulator(frame, group_sizes=group_sizes)
+    stream_loop(env, state, progress=False)
+    return env, state
+
+
+@pytest.mark.parametrize("attention", ["mha", "mla"])
+def test_streaming_equals_teacher_forced_batches(demo_dir, attention):
+    data = load_fold_data(demo_dir, 0)
+    model = random_model(data.n_questions, attention=attention, kv_latent_dim=16)
+    env, state = stream_predictions(demo_dir, model)
+    results = env.results()
+    batch = predict_tails(
+        model,
+        data.sequences,
+        data.valid_students,
+        data.valid_history,
+        data.valid_end,
+        CPU,
+        batch_size=37,
+        chunk=11,
+    )
+    # the batch output follows (student, position) order; map it to global rows
+    seq = data.sequences
+    rows = np.concatenate(
+        [
+            seq.row[seq.offsets[s] + h : seq.offsets[s + 1]]
+            for s, h in zip(data.valid_students, data.valid_history, strict=True)
+        ]
+    )
+    expected = pd.Series(batch, index=rows)[results["global_row"].to_numpy()].to_numpy()
+    assert len(results) == len(rows) > 300
+    assert state.builds > 0 and state.rebuilds == 0
+    np.testing.assert_allclose(results["prediction"].to_numpy(), expected, atol=1e-5)
+
+
+def test_nothing_after_a_group_changes_its_predictions(demo_dir):
+    data = load_fold_data(demo_dir, 0)
+    model = random_model(data.n_questions)
+    env, _ = stream_predictions(demo_dir, model)
+    frame, bounds = env.frame.copy(), env.bounds
+    base = env.results()
+    rng = np.random.default_rng(0)
+    for group in (0, len(bounds) // 3, len(bounds) - 3):
+        after = slice(int(bounds[group + 1]), None)
+        changed = frame.copy()
+        n = len(changed) - int(bounds[group + 1])
+        question = changed["content_type_id"].to_numpy()[after] == 0
+        replace = {
+            "answered_correctly": np.where(question, rng.integers(0, 2, n), -1),
+            "user_answer": np.where(question, rng.integers(0, 4, n), -1),
+            "prior_question_elapsed_time": rng.integers(1000, 90000, n),
+            "content_id": np.where(
+                question,
+                rng.integers(0, data.n_questions, n),
+                frame["content_id"].to_numpy()[after],
+            ),
+        }
+        for column, values in replace.items():
+            column_values = changed[column].to_numpy().copy()
+            column_values[after] = values
+            changed[column] = column_values.astype(frame[column].dtype)
+        env2, _ = stream_predictions(demo_dir, model, changed, np.diff(bounds))
+        again = env2.results()
+        upto = base["group_num"].to_numpy() <= group
+        np.testing.assert_array_equal(again["prediction"][upto], base["prediction"][upto])
+        assert not np.allclose(again["prediction"][~upto], base["prediction"][~upto])
+
+
+def round_robin_stream(output_dir: Path) -> pd.DataFrame:
+    """The fold's stream with students interleaved container by container (every student
+    active at once), so a small cache pool must evict and rebuild."""
+    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
+    container = frame.groupby("user_id")["timestamp"].rank(method="dense")
+    order = np.lexsort((frame["global_row"], frame["user_id"], container))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def test_cache_eviction_is_bounded_and_close(demo_dir):
+    data = load_fold_data(demo_dir, 0)
+    model = random_model(data.n_questions)
+    grouped = Emulator(round_robin_stream(demo_dir), EmulatorConfig(seed=1, max_group_students=3))
+    frame, sizes = grouped.frame, np.diff(grouped.bounds)
+    env, state = stream_predictions(demo_dir, model, frame, sizes, cache=4)
+    assert state.pool.evictions > 0 and state.rebuilds > 0
+    full, full_state = stream_predictions(demo_dir, model, frame, sizes)
+    assert full_state.rebuilds == 0
+    difference = np.abs(env.results()["prediction"] - full.results()["prediction"])
+    assert difference.mean() < 0.02  # a rebuilt state forgets only context beyond the window
+
+
+def test_online_state_matches_batch_features_on_real_rows(tmp_path):
+    """One feature path: after streaming real students' rows through the API, each
+    student's ring holds exactly the batch features of those questions (outcomes of the
+    last group, never revealed, excepted)."""
+    output_dir, arrays, parts = preprocess_real_rows(tmp_path, "train_strict_format_5users.csv")
+    make_folds(output_dir, FoldConfig(n_folds=1, seed=2, strategy="last-n", last_n=250))
+    model = random_model(13523, window=30)
+    env, state = stream_predictions(output_dir, model)
+    seq = build_sequences(arrays, parts)
+    last_group = env.results()["group_num"].to_numpy() == env.n_groups - 1
+    unrevealed_rows = set(env.results()["global_row"][last_group])
+    compared = 0
+    for student, user in enumerate(arrays.users.tolist()):
+        slot = state.slot_of[user]
+        n = int(state.n_items[slot])
+        assert n == seq.lengths()[student]
+        for position in range(max(0, n - state.window), n):
+            flat = seq.offsets[student] + position
+            for name in SEQUENCE_FIELDS:
+                got = state.rings[name][slot, position % state.ring]
+                want = getattr(seq, name)[flat]
+                if name in ("response", "answer") and seq.row[flat] in unrevealed_rows:
+                    continue
+                assert got == want, (user, position, name, got, want)
+            compared += 1
+    assert compared > 100
+
+
+# ---------------------------------------------------------------------------------------
+# the Kaggle bundle, run from a copy of that folder alone
+
+
+FAKE_API = """
+import json, os
+import numpy as np
+import pandas as pd
+
+class _Env:
+    def __init__(self):
+        self.example = pd.read_csv(os.environ["FAKE_STREAM"])
+        self.predicted = {}
+    def iter_test(self):
+        for group, frame in self.example.groupby("group_num", sort=True):
+            test_df = frame.set_index("group_num")
+            question = test_df["content_type_id"] == 0
+            sample = pd.DataFrame({"row_id": test_df.row_id[question], "answered_correctly": 0.5})
+            self.waiting = group
+            yield test_df, sample
+            assert self.waiting is None, "predict() was not called"
+        with open(os.environ["FAKE_OUT"], "w") as f:
+            json.dump(self.predicted, f)
+    def predict(self, df):
+        assert df.answered_correctly.between(0, 1).all()
+        self.predicted.update({str(r): float(p) for r, p in zip(df.row_id, df.answered_correctly)})
+        self.waiting = None
+
+def make_env():
+    return _Env()
+"""
+
+
+@pytest.mark.slow
+def test_kaggle_bundle_runs_alone(demo_dir, tmp_path):
+    data = load_fold_data(demo_dir, 0)
+    model = random_model(data.n_questions)
+    fold_dir = demo_dir / "fold0"
+    save_checkpoint(
+        fold_dir / "best.pt",
+        {"model_config": model.config.to_dict(), "model_state": model.state_dict()},
+    )
+    bundle = export_kaggle(demo_dir, 0, tmp_path / "bundle", "someone/riiid-saint")
+    metadata = json.loads((bundle / "dataset-metadata.json").read_text())
+    assert metadata["id"] == "someone/riiid-saint"
+    alone = tmp_path / "kaggle" / "input" / "riiid-saint"
+    shutil.copytree(bundle, alone)
+    fake = tmp_path / "fake_api"
+    fake.mkdir()
+    (fake / "riiideducation.py").write_text(FAKE_API)
+    work = tmp_path / "working"
+    work.mkdir()
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(fake),
+        "FAKE_STREAM": str(shared_file("riiid_example_test", "example_test_reconstructed.csv")),
+        "FAKE_OUT": str(work / "predicted.json"),
+    }
+    done = subprocess.run(
+        [sys.executable, str(alone / "code" / "04_infer.py"), "--fold", "0"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    predicted = json.loads((work / "predicted.json").read_text())
+    assert len(predicted) == 104
+    assert all(0 <= p <= 1 for p in predicted.values())
+    assert str(REPO) not in done.stdout + done.stderr
