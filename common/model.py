@@ -23,7 +23,8 @@ whose inputs carry no outcome of their own container, use plain causal masks.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,10 @@ class ModelConfig:
     q_latent_dim: int = 0  # mla: width of the query latent; 0 leaves queries full
     difficulty_buckets: int = 0  # > 0 adds an embedding of the question's correct rate
     rope_base: float = 10000.0
+    # share of each head's channels that rotary embeddings rotate (GPT-J / GPT-NeoX use a
+    # quarter): position needs few frequencies at these sequence lengths, and the
+    # rotation is one of the costlier element-wise steps on a CPU
+    rope_fraction: float = 0.25
 
     def __post_init__(self) -> None:
         self.decoder_features = tuple(self.decoder_features)
@@ -64,6 +69,8 @@ class ModelConfig:
             raise ValueError(
                 f"d_model {self.d_model} must split into {self.n_heads} heads of even width"
             )
+        if not 0 < self.rope_fraction <= 1:
+            raise ValueError(f"rope_fraction must be in (0, 1], got {self.rope_fraction}")
         if self.attention not in ("mha", "mla"):
             raise ValueError(f"attention must be 'mha' or 'mla', got {self.attention!r}")
         if self.d_ff == 0:
@@ -106,11 +113,12 @@ def attention_mask(
 class Rotary(nn.Module):
     """Rotary position embedding: rotates pairs of channels by angle position * freq, so a
     query-key product depends on their distance only. The cos/sin table is computed in
-    float64 and grows on demand to the largest position seen."""
+    float64 and grows on demand to the largest position seen; `table(position)` is looked
+    up once per forward pass and shared by every attention that uses those positions."""
 
-    def __init__(self, head_dim: int, base: float):
+    def __init__(self, head_dim: int, base: float, fraction: float = 1.0):
         super().__init__()
-        self.head_dim = head_dim
+        self.head_dim = max(2, 2 * round(head_dim * fraction / 2))  # rotated channels
         self.base = base
         self.register_buffer("cos", torch.zeros(0, head_dim // 2), persistent=False)
         self.register_buffer("sin", torch.zeros(0, head_dim // 2), persistent=False)
@@ -124,16 +132,47 @@ class Rotary(nn.Module):
         self.cos = angle.cos().float().to(device)
         self.sin = angle.sin().float().to(device)
 
-    def forward(self, x: Tensor, position: Tensor) -> Tensor:
-        """x (B, H, S, hd), position (B, S) -> x rotated."""
+    def table(self, position: Tensor) -> tuple[Tensor, Tensor]:
+        """position (B, S) -> cos, sin (B, S, 1, rotated/2), to rotate (B, S, H, hd)
+        tensors; negative positions (padding) read position 0."""
         top = int(position.max()) + 1 if position.numel() else 1
         if top > len(self.cos):
-            self._grow(top, x.device)
+            self._grow(top, position.device)
         index = position.clamp(min=0)
-        cos = self.cos[index][:, None].to(x.dtype)  # (B, 1, S, hd/2)
-        sin = self.sin[index][:, None].to(x.dtype)
-        first, second = x.chunk(2, dim=-1)
-        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+        return self.cos[index][:, :, None], self.sin[index][:, :, None]
+
+    @staticmethod
+    def rotate(x: Tensor, table: tuple[Tensor, Tensor]) -> Tensor:
+        """x (B, S, H, hd) with its first 2 * cos.shape[-1] channels rotated by `table`."""
+        cos, sin = (t.to(x.dtype) for t in table)
+        if not torch.is_grad_enabled():
+            return _Rotate._turn(x, cos, sin)
+        return _Rotate.apply(x, cos, sin)
+
+
+class _Rotate(torch.autograd.Function):
+    """Rotation of channel pairs (i, i + half) for i < half, the rest passed through.
+    Its gradient is the opposite rotation; written out so that backward needs no
+    zero-filled slice gradients."""
+
+    @staticmethod
+    def _turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        half = cos.shape[-1]
+        out = x.clone()
+        first, second = x[..., :half], x[..., half : 2 * half]
+        out[..., :half] = first * cos - second * sin
+        out[..., half : 2 * half] = first * sin + second * cos
+        return out
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _Rotate._turn(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        return _Rotate._turn(grad, cos, -sin), None, None
 
 
 # ---------------------------------------------------------------------------------------
@@ -150,10 +189,9 @@ class Attention(nn.Module):
     values are up-projected when used.
     """
 
-    def __init__(self, config: ModelConfig, rotary: Rotary):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         d, self.n_heads = config.d_model, config.n_heads
-        self.rotary = rotary
         self.latent = config.attention == "mla"
         if self.latent and config.q_latent_dim:
             self.query = nn.Sequential(
@@ -169,45 +207,67 @@ class Attention(nn.Module):
             self.key_up = nn.Linear(config.kv_latent_dim, d)
             self.value_up = nn.Linear(config.kv_latent_dim, d)
         else:
-            self.key = nn.Linear(d, d)
-            self.value = nn.Linear(d, d)
+            self.key_value = nn.Linear(d, 2 * d)  # keys and values in one matrix product
         self.out = nn.Linear(d, d)
 
-    def kv_state(self, x: Tensor) -> tuple[Tensor, ...]:
-        """(B, S, D) -> what a cache keeps for these keys."""
+    def kv_state(self, x: Tensor, key_rope: tuple[Tensor, Tensor]) -> tuple[Tensor, ...]:
+        """(B, S, D) keys' inputs -> what a cache keeps for them: standard attention keeps
+        keys (already rotated to their positions) and values, (B, S, D) each; latent
+        attention keeps the (B, S, kv_latent_dim) latent."""
         if self.latent:
-            return (self.kv_norm(self.kv_down(x)),)  # (B, S, r)
-        return self.key(x), self.value(x)  # (B, S, D) each
+            return (self.kv_norm(self.kv_down(x)),)
+        key, value = self.key_value(x).chunk(2, dim=-1)
+        batch, length, width = key.shape
+        key = Rotary.rotate(key.reshape(batch, length, self.n_heads, -1), key_rope)
+        return key.view(batch, length, width), value
 
     def _heads(self, x: Tensor) -> Tensor:
+        """(B, S, D) -> (B, H, S, hd)"""
         batch, length, width = x.shape
         return x.view(batch, length, self.n_heads, width // self.n_heads).transpose(1, 2)
 
     def forward(
         self,
         x: Tensor,
-        query_position: Tensor,
+        query_rope: tuple[Tensor, Tensor],
         state: tuple[Tensor, ...],
-        key_position: Tensor,
+        key_rope: tuple[Tensor, Tensor],
         mask: Tensor,
     ) -> Tensor:
-        """x (B, T, D) queries; state from kv_state over S keys at key_position (B, S);
-        mask (B, 1, T, S). Returns (B, T, D)."""
+        """x (B, T, D) queries; state: kv_state of S keys (earlier ones included); rotary
+        tables of the query and key positions; mask (B, 1, T, S). Returns (B, T, D)."""
+        batch, length, width = x.shape
+        q = Rotary.rotate(self.query(x).view(batch, length, self.n_heads, -1), query_rope)
+        q = q.transpose(1, 2)  # (B, H, T, hd)
         if self.latent:
-            key, value = self.key_up(state[0]), self.value_up(state[0])
+            latent = state[0]
+            key = self.key_up(latent).view(batch, latent.shape[1], self.n_heads, -1)
+            k = Rotary.rotate(key, key_rope).transpose(1, 2)  # (B, H, S, hd)
+            v = self._heads(self.value_up(latent))
         else:
-            key, value = state
-        q = self.rotary(self._heads(self.query(x)), query_position)  # (B, H, T, hd)
-        k = self.rotary(self._heads(key), key_position)  # (B, H, S, hd)
-        v = self._heads(value)  # (B, H, S, hd)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        batch, _, length, _ = y.shape
-        return self.out(y.transpose(1, 2).reshape(batch, length, -1))  # (B, T, D)
+            k, v = self._heads(state[0]), self._heads(state[1])
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, hd)
+        return self.out(y.transpose(1, 2).reshape(batch, length, width))  # (B, T, D)
+
+
+class _MaskMultiply(torch.autograd.Function):
+    """x * keep * scale for a boolean keep mask, which is all backward keeps."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return (x * keep).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        (keep,) = ctx.saved_tensors
+        return (grad * keep).mul_(ctx.scale), None, None
 
 
 class Dropout(nn.Module):
-    """Dropout that is cheap on CPU: the keep mask comes from random bytes compared with a
-    threshold (p rounded to a multiple of 1/256), about 3x faster there than
+    """Dropout that is cheap on CPU: the keep mask is random bytes compared with a
+    threshold (p rounded to a multiple of 1/256), several times faster there than
     torch.bernoulli_; on CUDA it is F.dropout."""
 
     def __init__(self, p: float):
@@ -220,8 +280,8 @@ class Dropout(nn.Module):
             return x
         if x.is_cuda:
             return F.dropout(x, self.p, training=True)
-        keep = torch.empty(x.shape, dtype=torch.uint8, device=x.device).random_() >= self.threshold
-        return x * keep.to(x.dtype) * (256.0 / (256 - self.threshold))
+        noise = torch.empty(x.shape, dtype=torch.uint8, device=x.device).random_()
+        return _MaskMultiply.apply(x, noise >= self.threshold, 256.0 / (256 - self.threshold))
 
 
 class FeedForward(nn.Module):
@@ -242,45 +302,114 @@ class FeedForward(nn.Module):
 
 
 @dataclass
-class ModelCache:
-    """Keys and values of earlier positions, per student (batch row).
+class CacheEntries:
+    """The key states one forward pass made, to be written into a ModelCache.
 
-    query_position (B, Sq): positions behind the encoder, cross-attention and later
-    decoder self-attention states; key_position (B, Sk): positions behind the first
-    decoder self-attention (the outcome key stream). -1 marks an empty slot.
-    """
+    query_position (B, T): positions behind the encoder, cross-attention and later
+    decoder self-attention states; key_position (B, S): positions behind the first
+    decoder self-attention (the outcome key stream); -1 marks padding."""
 
     query_position: Tensor
     key_position: Tensor
-    encoder: list[tuple[Tensor, ...]] = field(default_factory=list)
-    cross: list[tuple[Tensor, ...]] = field(default_factory=list)
-    decoder: list[tuple[Tensor, ...]] = field(default_factory=list)
+    encoder: list[tuple[Tensor, ...]]
+    cross: list[tuple[Tensor, ...]]
+    decoder: list[tuple[Tensor, ...]]
+
+    def groups(self) -> list[tuple[Tensor, list[Tensor]]]:
+        """(positions, states) pairs: each state is (B, L, X) over those positions."""
+        query_side = [t for g in self.encoder + self.cross + self.decoder[1:] for t in g]
+        key_side = [t for g in self.decoder[:1] for t in g]
+        return [(self.query_position, query_side), (self.key_position, key_side)]
+
+
+@dataclass
+class ModelCache:
+    """Keys of earlier positions per student (row), in ring buffers: the entry for
+    position p sits in slot p % size. A forward pass writes its new keys first, then
+    attends over the ring, so size must be at least window + the most positions one pass
+    adds (nothing a query may attend to is overwritten). Slots are unordered; masks and
+    rotations go by the stored positions (-1: empty)."""
+
+    query_position: Tensor  # (B, R)
+    key_position: Tensor  # (B, R)
+    encoder: list[tuple[Tensor, ...]]  # per layer, states (B, R, X)
+    cross: list[tuple[Tensor, ...]]
+    decoder: list[tuple[Tensor, ...]]
+
+    @classmethod
+    def empty(
+        cls, config: ModelConfig, rows: int, size: int, device: torch.device | str = "cpu"
+    ) -> ModelCache:
+        widths = (config.kv_latent_dim,) if config.attention == "mla" else (config.d_model,) * 2
+
+        def blank(layers: int) -> list[tuple[Tensor, ...]]:
+            return [
+                tuple(torch.zeros(rows, size, w, device=device) for w in widths)
+                for _ in range(layers)
+            ]
+
+        position = torch.full((rows, size), -1, dtype=torch.long, device=device)
+        return cls(
+            position,
+            position.clone(),
+            blank(config.encoder_layers),
+            blank(config.decoder_layers),
+            blank(config.decoder_layers),
+        )
+
+    @property
+    def size(self) -> int:
+        return self.query_position.shape[1]
+
+    def groups(self) -> list[tuple[Tensor, list[Tensor]]]:
+        """(positions, states) pairs: each state is (B, R, X) over those positions."""
+        query_side = [t for g in self.encoder + self.cross + self.decoder[1:] for t in g]
+        key_side = [t for g in self.decoder[:1] for t in g]
+        return [(self.query_position, query_side), (self.key_position, key_side)]
 
     def tensors(self) -> list[Tensor]:
-        groups = self.encoder + self.cross + self.decoder
-        return [self.query_position, self.key_position] + [t for g in groups for t in g]
+        return [t for position, states in self.groups() for t in [position, *states]]
 
+    def place(self, position: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Where new entries at `position` (B, L) go: (batch row, column, slot) of each
+        valid one."""
+        row, column = (position >= 0).nonzero(as_tuple=True)
+        return row, column, position[row, column] % self.size
 
-def _last_entries(position: Tensor, keep: int) -> Tensor:
-    """Indices (B, keep) of the `keep` largest positions per row, in increasing order."""
-    keep = min(keep, position.shape[1])
-    index = position.topk(keep, dim=1).indices
-    order = position.gather(1, index).argsort(dim=1)
-    return index.gather(1, order)
+    @staticmethod
+    def store(ring: Tensor, new: Tensor, where: tuple, rows: Tensor | None = None) -> None:
+        row, column, slot = where
+        ring[row if rows is None else rows[row], slot] = new[row, column].to(ring.dtype)
 
+    def select(self, rows: Tensor) -> ModelCache:
+        """The cache of some rows (a copy), e.g. a group's students from a pool."""
 
-def _take(tensor: Tensor, index: Tensor) -> Tensor:
-    """tensor (B, S, X...) rows picked by index (B, K) along S."""
-    shape = index.shape + tensor.shape[2:]
-    expanded = index.view(*index.shape, *([1] * (tensor.dim() - 2))).expand(shape)
-    return tensor.gather(1, expanded)
+        def pick(states: list[tuple[Tensor, ...]]) -> list[tuple[Tensor, ...]]:
+            return [tuple(t.index_select(0, rows) for t in group) for group in states]
 
+        return ModelCache(
+            self.query_position.index_select(0, rows),
+            self.key_position.index_select(0, rows),
+            pick(self.encoder),
+            pick(self.cross),
+            pick(self.decoder),
+        )
 
-def _extend(
-    old: tuple[Tensor, ...] | None, new: tuple[Tensor, ...], index: Tensor
-) -> tuple[Tensor, ...]:
-    joined = new if old is None else tuple(torch.cat(p, dim=1) for p in zip(old, new, strict=True))
-    return tuple(_take(t, index) for t in joined)
+    def write(self, entries: CacheEntries, rows: Tensor | None = None) -> ModelCache:
+        """Store `entries` (in place); batch row b goes to cache row rows[b]."""
+        for (position, states), (new_position, new_states) in zip(
+            self.groups(), entries.groups(), strict=True
+        ):
+            where = self.place(new_position)
+            self.store(position, new_position, where, rows)
+            for state, new_state in zip(states, new_states, strict=True):
+                self.store(state, new_state, where, rows)
+        return self
+
+    def reset(self, rows: Tensor) -> None:
+        """Forget the keys of `rows` (a new student takes them)."""
+        self.query_position[rows] = -1
+        self.key_position[rows] = -1
 
 
 # ---------------------------------------------------------------------------------------
@@ -288,49 +417,43 @@ def _extend(
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, rotary: Rotary):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         self.norm1 = nn.LayerNorm(config.d_model)
-        self.attention = Attention(config, rotary)
+        self.attention = Attention(config)
         self.norm2 = nn.LayerNorm(config.d_model)
         self.feed_forward = FeedForward(config)
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, x, position, past, past_position, mask) -> tuple[Tensor, tuple]:
-        """x (B, T, D). Returns the output and the new keys' state."""
+    def forward(self, x, query_rope, remember, key_rope, mask) -> Tensor:
+        """x (B, T, D). remember(state of this call's keys) -> the state of every key to
+        attend to (a cache adds earlier keys); key_rope covers those keys."""
         h = self.norm1(x)
-        state = self.attention.kv_state(h)
-        full = (
-            state if past is None else tuple(torch.cat(p, 1) for p in zip(past, state, strict=True))
-        )
-        key_position = position if past is None else torch.cat((past_position, position), 1)
-        x = x + self.dropout(self.attention(h, position, full, key_position, mask))
-        x = x + self.dropout(self.feed_forward(self.norm2(x)))
-        return x, state
+        state = remember(self.attention.kv_state(h, query_rope))
+        x = x + self.dropout(self.attention(h, query_rope, state, key_rope, mask))
+        return x + self.dropout(self.feed_forward(self.norm2(x)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, rotary: Rotary):
+    def __init__(self, config: ModelConfig):
         super().__init__()
         self.norm1 = nn.LayerNorm(config.d_model)
-        self.self_attention = Attention(config, rotary)
+        self.self_attention = Attention(config)
         self.norm2 = nn.LayerNorm(config.d_model)
-        self.cross_attention = Attention(config, rotary)
+        self.cross_attention = Attention(config)
         self.norm3 = nn.LayerNorm(config.d_model)
         self.feed_forward = FeedForward(config)
         self.dropout = Dropout(config.dropout)
 
     def forward(
-        self, x, position, self_kv, self_position, self_mask, memory, memory_position, memory_mask
+        self, x, query_rope, self_state, self_rope, self_mask, memory, memory_rope, memory_mask
     ) -> Tensor:
-        """x (B, T, D) queries; self_kv: (state over keys, or raw (B, S, D) keys to
-        normalize and project); memory: cross-attention state."""
+        """x (B, T, D) queries; self_state / memory: key states (earlier keys included)
+        for self-attention and for attention over the encoder output."""
         h = self.norm1(x)
-        x = x + self.dropout(self.self_attention(h, position, self_kv, self_position, self_mask))
+        x = x + self.dropout(self.self_attention(h, query_rope, self_state, self_rope, self_mask))
         h = self.norm2(x)
-        x = x + self.dropout(
-            self.cross_attention(h, position, memory, memory_position, memory_mask)
-        )
+        x = x + self.dropout(self.cross_attention(h, query_rope, memory, memory_rope, memory_mask))
         return x + self.dropout(self.feed_forward(self.norm3(x)))
 
 
@@ -344,7 +467,7 @@ class SAINT(nn.Module):
         super().__init__()
         self.config = config
         d = config.d_model
-        self.rotary = Rotary(d // config.n_heads, config.rope_base)
+        self.rotary = Rotary(d // config.n_heads, config.rope_base, config.rope_fraction)
         self.question_embed = nn.Embedding(config.n_questions + 1, d)
         self.part_embed = nn.Embedding(N_PARTS + 1, d)
         if config.difficulty_buckets:
@@ -364,13 +487,9 @@ class SAINT(nn.Module):
             {name: nn.Embedding(sizes[name], d) for name in config.decoder_features}
         )
         self.embed_dropout = Dropout(config.dropout)
-        self.encoder = nn.ModuleList(
-            EncoderLayer(config, self.rotary) for _ in range(config.encoder_layers)
-        )
+        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
         self.encoder_norm = nn.LayerNorm(d)
-        self.decoder = nn.ModuleList(
-            DecoderLayer(config, self.rotary) for _ in range(config.decoder_layers)
-        )
+        self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.decoder_norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, 1)
         self.apply(self._init_weights)
@@ -399,70 +518,73 @@ class SAINT(nn.Module):
             x = x + embed(batch[f"key_{name}"])
         return self.embed_dropout(x)  # (B, S, D)
 
+    def empty_cache(self, rows: int, size: int | None = None) -> ModelCache:
+        """A ring cache for `rows` students; size defaults to twice the window (room for
+        a pass of up to `window` new positions)."""
+        device = self.question_embed.weight.device
+        return ModelCache.empty(self.config, rows, size or 2 * self.config.window, device)
+
     def forward(
-        self, batch: dict[str, Tensor], cache: ModelCache | None = None, return_cache: bool = False
-    ) -> Tensor | tuple[Tensor, ModelCache]:
-        """Logits (B, T) for the query positions of `batch` (see step_inputs), given the
-        cached keys of earlier positions; with return_cache, also the cache extended by
-        this batch and cut to the last `window` positions."""
+        self,
+        batch: dict[str, Tensor],
+        cache: ModelCache | None = None,
+        return_entries: bool = False,
+    ) -> Tensor | tuple[Tensor, CacheEntries]:
+        """Logits (B, T) for the query positions of `batch` (see step_inputs).
+
+        With a cache, this batch's keys are written into it (in place) and queries attend
+        to its earlier keys too; with return_entries, this batch's key states are also
+        returned, e.g. to write them into a pool the cache was selected from."""
         window = self.config.window
         position, valid = batch["position"], batch["valid"]
         key_position, key_valid = batch["key_position"], batch["key_valid"]
-        q_pos = position.masked_fill(~valid, -1)
-        k_pos = key_position.masked_fill(~key_valid, -1)
-        past_q = None if cache is None else cache.query_position
-        past_k = None if cache is None else cache.key_position
-        all_q = q_pos if cache is None else torch.cat((past_q, q_pos), 1)  # (B, Sq)
-        all_k = k_pos if cache is None else torch.cat((past_k, k_pos), 1)  # (B, Sk)
+        q_pos = position.masked_fill(~valid, -1)  # (B, T)
+        k_pos = key_position.masked_fill(~key_valid, -1)  # (B, S)
+        if cache is None:
+            all_q, all_k = q_pos, k_pos
+        else:
+            q_where, k_where = cache.place(q_pos), cache.place(k_pos)
+            cache.store(cache.query_position, q_pos, q_where)
+            cache.store(cache.key_position, k_pos, k_where)
+            all_q, all_k = cache.query_position, cache.key_position  # (B, R)
         causal = attention_mask(position, valid, all_q, all_q >= 0, window)
         container = attention_mask(batch["query_limit"], valid, all_k, all_k >= 0, window)
+        query_rope = self.rotary.table(position)
+        key_rope = self.rotary.table(key_position)
+        # standard attention stores keys rotated; latent attention rotates all at use
+        latent = self.config.attention == "mla"
+        past_rope = self.rotary.table(all_q) if latent else None
+        outcome_rope = self.rotary.table(all_k) if latent else None
+        entries = CacheEntries(q_pos, k_pos, [], [], [])
 
-        new_encoder, new_cross, new_decoder = [], [], []
+        def remember(group: str, i: int, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+            """Record a layer's new key state; with a cache, store it and return the
+            whole ring."""
+            getattr(entries, group).append(state)
+            if cache is None:
+                return state
+            ring = getattr(cache, group)[i]
+            where = k_where if (group == "decoder" and i == 0) else q_where
+            for target, new in zip(ring, state, strict=True):
+                cache.store(target, new, where)
+            return ring
+
         x = self._encoder_input(batch)
         for i, layer in enumerate(self.encoder):
-            past = None if cache is None else cache.encoder[i]
-            x, state = layer(x, position, past, past_q, causal)
-            new_encoder.append(state)
+            x = layer(x, query_rope, partial(remember, "encoder", i), past_rope, causal)
         memory = self.encoder_norm(x)  # (B, T, D)
 
         keys = self._key_stream(batch)  # (B, S, D)
         index = batch["query_key_index"][..., None].expand(-1, -1, keys.shape[-1])
         x = keys.gather(1, index)  # (B, T, D): the key stream at each container's start
         for i, layer in enumerate(self.decoder):
-            attention = layer.self_attention
             if i == 0:
-                state = attention.kv_state(layer.norm1(keys))
-                self_position, self_mask = all_k, container
+                state = layer.self_attention.kv_state(layer.norm1(keys), key_rope)
             else:
-                state = attention.kv_state(layer.norm1(x))
-                self_position, self_mask = all_q, causal
-            cross_state = layer.cross_attention.kv_state(memory)
-            new_decoder.append(state)
-            new_cross.append(cross_state)
-            if cache is not None:
-                state = tuple(torch.cat(p, 1) for p in zip(cache.decoder[i], state, strict=True))
-                cross_state = tuple(
-                    torch.cat(p, 1) for p in zip(cache.cross[i], cross_state, strict=True)
-                )
-            x = layer(x, position, state, self_position, self_mask, cross_state, all_q, causal)
+                state = layer.self_attention.kv_state(layer.norm1(x), query_rope)
+            state = remember("decoder", i, state)
+            cross_state = remember("cross", i, layer.cross_attention.kv_state(memory, query_rope))
+            self_rope, self_mask = (outcome_rope, container) if i == 0 else (past_rope, causal)
+            x = layer(x, query_rope, state, self_rope, self_mask, cross_state, past_rope, causal)
         logits = self.head(self.decoder_norm(x)).squeeze(-1)  # (B, T)
-        if not return_cache:
-            return logits
-
-        keep_q = _last_entries(all_q, window)
-        keep_k = _last_entries(all_k, window)
-
-        def past(group: str, i: int) -> tuple[Tensor, ...] | None:
-            return None if cache is None else getattr(cache, group)[i]
-
-        updated = ModelCache(
-            query_position=all_q.gather(1, keep_q),
-            key_position=all_k.gather(1, keep_k),
-            encoder=[_extend(past("encoder", i), s, keep_q) for i, s in enumerate(new_encoder)],
-            cross=[_extend(past("cross", i), s, keep_q) for i, s in enumerate(new_cross)],
-            decoder=[
-                _extend(past("decoder", i), s, keep_k if i == 0 else keep_q)
-                for i, s in enumerate(new_decoder)
-            ],
-        )
-        return logits, updated
+        return (logits, entries) if return_entries else logits

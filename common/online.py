@@ -245,18 +245,27 @@ class OnlineState:
 
     def predict(self, test_df: pd.DataFrame) -> np.ndarray:
         """Probabilities for test_df's question rows, in their order."""
-        first = test_df.iloc[0] if len(test_df) else None
-        if first is not None and "prior_group_answers_correct" in test_df.columns:
+        if len(test_df) and "prior_group_answers_correct" in test_df.columns:
             self.apply_previous_group(
-                first["prior_group_answers_correct"], first["prior_group_responses"]
+                test_df["prior_group_answers_correct"].iat[0],
+                test_df["prior_group_responses"].iat[0],
             )
         is_question = test_df["content_type_id"].to_numpy() == QUESTION
         previous = np.full((len(test_df), 2), -1, dtype=np.int64)
         if not is_question.any():
             self.previous = previous
             return np.zeros(0, dtype=np.float32)
-        rows = test_df[is_question]
-        users = rows["user_id"].to_numpy().astype(np.int64)
+        rows = {
+            name: test_df[name].to_numpy()[is_question]
+            for name in (
+                "user_id",
+                "timestamp",
+                "content_id",
+                "prior_question_elapsed_time",
+                "prior_question_had_explanation",
+            )
+        }
+        users = rows["user_id"].astype(np.int64)
         unique, first_row, inverse, counts = np.unique(
             users, return_index=True, return_inverse=True, return_counts=True
         )
@@ -275,11 +284,11 @@ class OnlineState:
         return probability[inverse, rank]
 
     # -- steps ---------------------------------------------------------------------------
-    def _reveal_previous(self, slots, start, rows: pd.DataFrame, first_row) -> None:
+    def _reveal_previous(self, slots, start, rows: dict[str, np.ndarray], first_row) -> None:
         """The new container's prior_question_* fill in the previous container's
         elapsed time and explanation flag."""
-        elapsed_ms = rows["prior_question_elapsed_time"].to_numpy(dtype=float)[first_row]
-        flag = rows["prior_question_had_explanation"].to_numpy(dtype=object)[first_row]
+        elapsed_ms = rows["prior_question_elapsed_time"].astype(float)[first_row]
+        flag = rows["prior_question_had_explanation"][first_row]
         flag = np.array([-1 if pd.isna(v) else int(bool(v)) for v in flag], dtype=np.int8)
         last = self.last_first[slots]
         has_previous = last >= 0
@@ -292,15 +301,17 @@ class OnlineState:
             self.rings["elapsed"][slots[hit], column] = elapsed[hit]
             self.rings["explanation"][slots[hit], column] = explanation[hit]
 
-    def _append(self, slots, start, counts, rows: pd.DataFrame, inverse, position, first_row):
+    def _append(
+        self, slots, start, counts, rows: dict[str, np.ndarray], inverse, position, first_row
+    ):
         if counts.max() > RING_EXTRA:
             raise ValueError(
                 f"a student has {counts.max()} questions in one group; at most {RING_EXTRA} fit"
             )
-        timestamp = rows["timestamp"].to_numpy().astype(np.int64)[first_row]
+        timestamp = rows["timestamp"].astype(np.int64)[first_row]
         previous_time = self.last_timestamp[slots]
         lag_ms = np.where(self.last_first[slots] >= 0, timestamp - previous_time, np.nan)
-        question = rows["content_id"].to_numpy().astype(np.int64)
+        question = rows["content_id"].astype(np.int64)
         known_part = (question >= 0) & (question < len(self.parts))
         part = np.where(known_part, self.parts[np.clip(question, 0, len(self.parts) - 1)], 0)
         values = {
@@ -340,10 +351,10 @@ class OnlineState:
         )
         index = self.cache_index[slots]
         with torch.no_grad():
-            logits, cache = self.model(
-                to_tensors(inputs, self.device), self.pool.gather(index), return_cache=True
+            logits, entries = self.model(
+                to_tensors(inputs, self.device), self.pool.select(index), return_entries=True
             )
-        self.pool.scatter(index, cache)
+        self.pool.write(index, entries)
         self.key_from[slots] = start + 1
         return torch.sigmoid(logits.float()).cpu().numpy()
 
@@ -375,68 +386,37 @@ class OnlineState:
             self.config.n_questions,
         )
         with torch.no_grad():
-            _, cache = self.model(to_tensors(inputs, self.device), None, return_cache=True)
-        self.pool.scatter(index, cache)
+            _, entries = self.model(to_tensors(inputs, self.device), None, return_entries=True)
+        self.pool.write(index, entries)
 
 
 class CachePool:
-    """The model's cache for up to `size` students in preallocated tensors, with LRU
-    eviction."""
+    """The model's ring caches (common.model.ModelCache) for up to `size` students in
+    preallocated tensors, with LRU eviction."""
 
     def __init__(self, model: SAINT, size: int, device: torch.device):
         self.model = model
         self.size = size
         self.device = device
-        self.window = model.config.window
-        self.tensors: ModelCache | None = None
+        self.cache: ModelCache | None = None
         self.lru: OrderedDict[int, int] = OrderedDict()  # cache index -> slot
         self.free = list(range(size - 1, -1, -1))
         self.evictions = 0
 
     def _allocate(self) -> None:
-        """Shapes come from one tiny forward pass, so any attention variant fits."""
-        zeros = {
-            "question": np.zeros((1, 1), np.int64),
-            "part": np.zeros((1, 1), np.int64),
-            "position": np.zeros((1, 1), np.int64),
-            "valid": np.ones((1, 1), bool),
-            "query_limit": np.zeros((1, 1), np.int64),
-            "query_key_index": np.zeros((1, 1), np.int64),
-            "key_position": np.zeros((1, 1), np.int64),
-            "key_valid": np.ones((1, 1), bool),
-            "key_response": np.full((1, 1), 2, np.int64),
-            "key_elapsed": np.zeros((1, 1), np.int64),
-            "key_explanation": np.zeros((1, 1), np.int64),
-            "key_answer": np.zeros((1, 1), np.int64),
-            "key_lag": np.zeros((1, 1), np.int64),
-        }
-        with torch.no_grad():
-            _, probe = self.model(to_tensors(zeros, self.device), None, return_cache=True)
-
-        def blank(t: torch.Tensor, fill: float) -> torch.Tensor:
-            return torch.full(
-                (self.size, self.window, *t.shape[2:]), fill, dtype=t.dtype, device=self.device
-            )
-
-        self.tensors = ModelCache(
-            query_position=blank(probe.query_position, -1),
-            key_position=blank(probe.key_position, -1),
-            encoder=[tuple(blank(t, 0) for t in s) for s in probe.encoder],
-            cross=[tuple(blank(t, 0) for t in s) for s in probe.cross],
-            decoder=[tuple(blank(t, 0) for t in s) for s in probe.decoder],
-        )
+        self.cache = self.model.empty_cache(self.size, self.model.config.window + RING_EXTRA)
 
     def bytes_per_student(self) -> int:
-        if self.tensors is None:
+        if self.cache is None:
             self._allocate()
-        return sum(t[0].numel() * t.element_size() for t in self.tensors.tensors())
+        return sum(t[0].numel() * t.element_size() for t in self.cache.tensors())
 
     def acquire(self, slots: np.ndarray, cache_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Make sure every slot has a cache entry; returns the updated slot -> index map
         and which of `slots` got a fresh (empty) entry."""
         if len(slots) > self.size:
             raise ValueError(f"a group has {len(slots)} students; the cache pool holds {self.size}")
-        if self.tensors is None:
+        if self.cache is None:
             self._allocate()
         missing = []
         active = set(slots.tolist())
@@ -457,34 +437,14 @@ class CachePool:
             missing.append(i)
         return cache_index, np.asarray(missing, dtype=np.int64)
 
+    def _rows(self, index: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(index, device=self.device)
+
     def reset(self, index: np.ndarray) -> None:
-        rows = torch.as_tensor(index, device=self.device)
-        self.tensors.query_position[rows] = -1
-        self.tensors.key_position[rows] = -1
+        self.cache.reset(self._rows(index))
 
-    def gather(self, index: np.ndarray) -> ModelCache:
-        rows = torch.as_tensor(index, device=self.device)
-        t = self.tensors
+    def select(self, index: np.ndarray) -> ModelCache:
+        return self.cache.select(self._rows(index))
 
-        def pick(group):
-            return [tuple(x.index_select(0, rows) for x in states) for states in group]
-
-        return ModelCache(
-            t.query_position.index_select(0, rows),
-            t.key_position.index_select(0, rows),
-            pick(t.encoder),
-            pick(t.cross),
-            pick(t.decoder),
-        )
-
-    def scatter(self, index: np.ndarray, cache: ModelCache) -> None:
-        rows = torch.as_tensor(index, device=self.device)
-        for target, source in zip(self.tensors.tensors(), cache.tensors(), strict=True):
-            width = source.shape[1]
-            if width < self.window:
-                fill = -1 if target.dtype == torch.long else 0
-                pad = source.new_full(
-                    (source.shape[0], self.window - width, *source.shape[2:]), fill
-                )
-                source = torch.cat((source, pad), 1)
-            target.index_copy_(0, rows, source.to(target.dtype))
+    def write(self, index: np.ndarray, entries) -> None:
+        self.cache.write(entries, self._rows(index))

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from common.features import FlatSource, QuestionSequences, step_inputs
-from common.model import SAINT, ModelCache
+from common.model import SAINT
 
 
 def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
@@ -72,7 +72,12 @@ def predict_tails(
     chunk: int | None = None,
 ) -> np.ndarray:
     """Probabilities for questions [history[i], end[i]) of each students[i], as a flat
-    array aligned with np.concatenate of those ranges (student order as given)."""
+    array aligned with np.concatenate of those ranges (student order as given).
+
+    Continuous batching: `batch_size` rows each work through one student's steps; a row
+    whose student is done takes the next student (its cache entries are invalidated), so
+    short and long students share batches without padding whole runs.
+    """
     window = model.config.window
     chunk = chunk or window
     model.eval()
@@ -82,39 +87,49 @@ def predict_tails(
     for s, h, e in zip(students, history, end, strict=True):
         cf = sequences.container_first[sequences.offsets[s] : sequences.offsets[s + 1]]
         plans.append(plan_student(cf, int(h), int(e), window, chunk))
-    # students with similar step counts share a batch, so few rows idle
-    order = np.argsort([len(p.steps) for p in plans], kind="stable")
+    queue = list(np.argsort([-len(p.steps) for p in plans], kind="stable"))[::-1]
+    rows = min(batch_size, len(plans))
+    member = np.full(rows, -1, dtype=np.int64)  # index into plans, -1 idle
+    step_of = np.zeros(rows, dtype=np.int64)
     source = FlatSource(sequences)
-    for lo in range(0, len(order), batch_size):
-        members = order[lo : lo + batch_size]
-        owner = students[members]
-        session = np.array([plans[i].session_start for i in members])
-        cache: ModelCache | None = None
-        n_steps = max(len(plans[i].steps) for i in members)
-        for step in range(n_steps):
-            spec = np.array(
-                [
-                    plans[i].steps[step] if step < len(plans[i].steps) else (0, 0, 0, 0)
-                    for i in members
-                ]
-            )
-            query_from, query_count, key_from, key_count = spec.T
-            inputs = step_inputs(
-                source,
-                owner,
-                session,
-                query_from,
-                query_count,
-                key_from,
-                key_count,
-                model.config.n_questions,
-            )
-            logits, cache = model(to_tensors(inputs, device), cache, return_cache=True)
-            probability = torch.sigmoid(logits.float()).cpu().numpy()
-            for row, i in enumerate(members):
-                q_from, q_count = int(query_from[row]), int(query_count[row])
-                if q_count == 0 or q_from < history[i]:
-                    continue  # the history block: context only
+    cache = model.empty_cache(rows, window + chunk)
+    while True:
+        for row in np.flatnonzero(member < 0):
+            if not queue:
+                break
+            member[row], step_of[row] = queue.pop(), 0
+            cache.reset(torch.tensor([row]))  # a new student: forget the previous keys
+        active = member >= 0
+        if not active.any():
+            break
+        spec = np.zeros((rows, 4), dtype=np.int64)
+        session = np.zeros(rows, dtype=np.int64)
+        owner = np.zeros(rows, dtype=np.int64)
+        for row in np.flatnonzero(active):
+            plan = plans[member[row]]
+            spec[row] = plan.steps[step_of[row]]
+            session[row] = plan.session_start
+            owner[row] = students[member[row]]
+        query_from, query_count, key_from, key_count = spec.T
+        inputs = step_inputs(
+            source,
+            owner,
+            session,
+            query_from,
+            query_count,
+            key_from,
+            key_count,
+            model.config.n_questions,
+        )
+        logits = model(to_tensors(inputs, device), cache)
+        probability = torch.sigmoid(logits.float()).cpu().numpy()
+        for row in np.flatnonzero(active):
+            i = member[row]
+            q_from, q_count = int(query_from[row]), int(query_count[row])
+            if q_count and q_from >= history[i]:  # the history block is context only
                 at = out_start[i] + q_from - history[i]
                 out[at : at + q_count] = probability[row, :q_count]
+            step_of[row] += 1
+            if step_of[row] == len(plans[i].steps):
+                member[row] = -1
     return out

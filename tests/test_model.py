@@ -142,7 +142,7 @@ def test_incremental_steps_equal_one_block(real_sequences, attention):
     assert plan.session_start == begin
     source = FlatSource(seq)
     owner, session = np.array([student]), np.array([plan.session_start])
-    cache, outputs = None, []
+    cache, outputs = model.empty_cache(1), []
     for q_from, q_count, k_from, k_count in plan.steps:
         inputs = step_inputs(
             source,
@@ -155,7 +155,7 @@ def test_incremental_steps_equal_one_block(real_sequences, attention):
             13523,
         )
         with torch.no_grad():
-            logits, cache = model(to_tensors(inputs, torch.device("cpu")), cache, True)
+            logits = model(to_tensors(inputs, torch.device("cpu")), cache)
         outputs.append(logits[0, :q_count].numpy())
     stepped = np.concatenate(outputs)
     block = run(

@@ -1,0 +1,150 @@
+"""Training throughput: question interactions per second of full optimizer steps.
+
+Measures Trainer.train_step (forward, loss, backward, clipping, AdamW, schedule) on full
+windows of real demo sequences, after warm-up steps, as the median of repeats; reports
+model FLOPs per interaction (torch's FlopCounterMode on one step), the machine's measured
+fp32 matmul peak, and the share of that peak the training step reaches.
+
+    python bench/bench_train.py --data-dir output/demo --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.predict import to_tensors
+from common.training import (
+    TrainConfig,
+    Trainer,
+    epoch_windows,
+    load_fold_data,
+    window_inputs,
+)
+
+CONFIGS = {
+    # the issue's reference size: d_model 256, 2+2 layers, window 100, batch 512
+    "d256": dict(d_model=256, layers=2, heads=8, window=100, batch_size=512),
+    # the quick start's demo config (run_demo.sh)
+    "demo": dict(d_model=64, layers=2, heads=4, window=100, batch_size=64),
+}
+
+
+def matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b
+    begin = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - begin)
+
+
+def full_windows(data, window: int, count: int):
+    student, start, length = epoch_windows(data.train_length, window, np.random.default_rng(0))
+    keep = length == window
+    if keep.sum() < count:
+        raise SystemExit(f"only {keep.sum()} full windows; need {count}")
+    return student[keep][:count], start[keep][:count], length[keep][:count]
+
+
+def measure(data, name: str, steps: int, warmup: int, repeats: int, out: Path) -> dict:
+    config = TrainConfig(progress=False, **CONFIGS[name])
+    trainer = Trainer(config, out / name, data, torch.device("cpu"))
+    batch_size = config.batch_size
+    student, start, length = full_windows(data, config.window, batch_size * (steps + warmup))
+
+    def batch(i: int) -> dict[str, torch.Tensor]:
+        part = slice(i * batch_size, (i + 1) * batch_size)
+        inputs = window_inputs(
+            data.sequences, student[part], start[part], length[part], data.n_questions
+        )
+        return to_tensors(inputs, torch.device("cpu"))
+
+    batches = [batch(i) for i in range(steps + warmup)]
+    with FlopCounterMode(display=False) as counter:
+        trainer.train_step(batches[0])
+    flops_per_interaction = counter.get_total_flops() / (batch_size * config.window)
+    rates = []
+    for _ in range(repeats):
+        for i in range(warmup):
+            trainer.train_step(batches[i])
+        begin = time.perf_counter()
+        for i in range(warmup, warmup + steps):
+            trainer.train_step(batches[i])
+        rates.append(steps * batch_size * config.window / (time.perf_counter() - begin))
+    return {
+        "config": name,
+        **CONFIGS[name],
+        "parameters": trainer.model.n_parameters(),
+        "d_ff": trainer.model.config.d_ff,
+        "rate": statistics.median(rates),
+        "rates": rates,
+        "flops_per_interaction": flops_per_interaction,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("output/demo"),
+        help="an output dir with data/ and folds/ (fold 0 is used)",
+    )
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--configs", default="d256,demo")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--work-dir", type=Path, default=Path("bench/out/train"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = matmul_peak(args.threads)
+    torch.manual_seed(0)
+    data = load_fold_data(args.data_dir, 0)
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    print(f"machine: {cpu}; torch {torch.__version__}, {args.threads} threads")
+    print(f"measured fp32 matmul peak (2048x2048 sgemm): {peak / 1e9:.0f} GFLOP/s")
+    print(f"command: {' '.join(sys.argv)}")
+    print()
+    print(
+        "| config | d_model | d_ff | layers | batch | params | interactions/s (median) | "
+        "repeats | GFLOP/interaction | share of matmul peak |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+    for name in args.configs.split(","):
+        r = measure(data, name, args.steps, args.warmup, args.repeats, args.work_dir)
+        share = r["rate"] * r["flops_per_interaction"] / peak
+        repeats = ", ".join(f"{x:,.0f}" for x in r["rates"])
+        print(
+            f"| {name} | {r['d_model']} | {r['d_ff']} | {r['layers']}+{r['layers']} | "
+            f"{r['batch_size']} | {r['parameters']:,} | {r['rate']:,.0f} | {repeats} | "
+            f"{r['flops_per_interaction'] / 1e9:.4f} | {share:.0%} |",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

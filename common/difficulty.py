@@ -1,0 +1,118 @@
+"""Question difficulty as an encoder input: each question's correct rate on the training
+rows of the current fold, smoothed and bucketed, embedded by SAINT (ModelConfig
+.difficulty_buckets, the `difficulty_embed` embedding).
+
+- Training rows only: positions < train_length of each student (the fold's cut), so a
+  validation answer never shapes any input, not even through a question's rate.
+- Bayesian smoothing toward the global rate g of the training rows,
+      rate = (correct + m * g) / (count + m),
+  the posterior mean under a Beta prior worth m answers centred on g: a question seen
+  once moves at most 1 / (1 + m) away from g. DIFFICULTY_SMOOTHING = 10 is the
+  method-of-moments estimate of the Beta prior's strength, g(1 - g) / var - 1, on the real
+  Riiid rows in ../shared/data (between-question variance of the correct rate ~0.022
+  around g ~0.57 gives m ~10 to 15).
+- Quantile buckets 1..B: the edges are the rates' quantiles over the questions seen in
+  training, so each bucket holds about as many questions and its embedding gets
+  comparable training signal. Riiid's question rates are skewed (most between 0.5 and
+  0.9), so equal-width buckets over [0, 1] would leave the low buckets nearly empty and
+  lump most questions into a few high ones. The edges are per fold, which is fine: each
+  fold trains its own model, and the buckets travel in its checkpoint.
+- Bucket 0 is reserved for questions unseen in training and for the unknown-question id
+  n_questions (ids past the metadata, see common.features.step_inputs).
+
+The buckets live in the model's `question_difficulty` buffer (n_questions + 1,) and are
+saved in its state_dict, so inference needs nothing beyond the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from common.features import QuestionSequences
+from common.model import SAINT
+
+if TYPE_CHECKING:
+    from common.training import FoldData
+
+DIFFICULTY_SMOOTHING = 10.0  # Beta prior strength in answers; see the module docstring
+UNSEEN_BUCKET = 0
+
+
+def training_mask(sequences: QuestionSequences, train_length: np.ndarray) -> np.ndarray:
+    """(n,) bool: True for the flat entries at positions < train_length[student]."""
+    lengths = sequences.lengths()
+    if len(train_length) != len(lengths):
+        raise ValueError(
+            f"train_length has {len(train_length)} students, the sequences {len(lengths)}"
+        )
+    student = np.repeat(np.arange(len(lengths)), lengths)
+    position = np.arange(len(student)) - sequences.offsets[student]
+    return position < np.asarray(train_length)[student]
+
+
+def smoothed_correct_rate(
+    sequences: QuestionSequences,
+    train_length: np.ndarray,
+    n_questions: int,
+    smoothing: float = DIFFICULTY_SMOOTHING,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rate, count), each (n_questions,): the smoothed correct rate of each question on
+    the training rows, and how many training answers it rests on (rate is the global
+    rate where count is 0)."""
+    if smoothing < 0:
+        raise ValueError(f"smoothing must be >= 0, got {smoothing}")
+    train = training_mask(sequences, train_length)
+    question = sequences.question[train].astype(np.int64)
+    response = sequences.response[train].astype(np.float64)
+    known = (question >= 0) & (question < n_questions)  # unknown ids have no rate
+    question, response = question[known], response[known]
+    count = np.bincount(question, minlength=n_questions).astype(np.float64)
+    correct = np.bincount(question, weights=response, minlength=n_questions)
+    global_rate = correct.sum() / count.sum() if count.sum() else 0.5
+    rate = np.full(n_questions, global_rate)
+    seen = count > 0
+    rate[seen] = (correct[seen] + smoothing * global_rate) / (count[seen] + smoothing)
+    return rate, count.astype(np.int64)
+
+
+def question_difficulty_buckets(
+    sequences: QuestionSequences,
+    train_length: np.ndarray,
+    n_questions: int,
+    buckets: int,
+    smoothing: float = DIFFICULTY_SMOOTHING,
+) -> np.ndarray:
+    """(n_questions + 1,) int64: bucket 1..buckets of each question's smoothed training
+    correct rate (1 hardest, `buckets` easiest); 0 for questions unseen in training and
+    for the unknown id n_questions."""
+    if buckets < 1:
+        raise ValueError(f"difficulty buckets must be >= 1, got {buckets}")
+    rate, count = smoothed_correct_rate(sequences, train_length, n_questions, smoothing)
+    seen = count > 0
+    out = np.full(n_questions + 1, UNSEEN_BUCKET, dtype=np.int64)
+    if not seen.any():
+        return out
+    edges = np.quantile(rate[seen], np.linspace(0.0, 1.0, buckets + 1)[1:-1])  # (B - 1,)
+    out[:n_questions] = np.where(seen, 1 + np.searchsorted(edges, rate, side="right"), 0)
+    return out
+
+
+def install_difficulty(
+    model: SAINT, data: FoldData, smoothing: float = DIFFICULTY_SMOOTHING
+) -> np.ndarray:
+    """Fill model.question_difficulty from the training rows of the fold `data`; returns
+    the buckets."""
+    config = model.config
+    if not config.difficulty_buckets:
+        raise ValueError("the model has no difficulty input (ModelConfig.difficulty_buckets 0)")
+    if config.n_questions != data.n_questions:
+        raise ValueError(f"model n_questions {config.n_questions} != the data's {data.n_questions}")
+    buckets = question_difficulty_buckets(
+        data.sequences, data.train_length, data.n_questions, config.difficulty_buckets, smoothing
+    )
+    buffer = model.question_difficulty
+    buffer.copy_(torch.from_numpy(buckets).to(buffer.device))
+    return buckets

@@ -1,0 +1,651 @@
+"""05_evaluate.py's logic: score every fold's streamed predictions, compare them with two
+baselines (common/baselines.py) and, on demo data, with the true probabilities, and write
+a report with tables and figures.
+
+Inputs (under --output-dir): data/ (01), folds/ (02), fold{k}/history.csv (03) and
+fold{k}/stream_predictions.parquet (04); optionally <input-dir>/demo_truth.csv (00's demo).
+Labels come from the data arrays through each prediction's global_row, never from the
+predictions file (whose labels must agree), and the rows must be exactly the question rows
+of the fold's validation stream.
+
+Outputs:
+    <output-dir>/report.md             the report (headline, tables, figures, method)
+    <output-dir>/report/metrics.csv    per fold and pooled, per scorer: every metric
+    <output-dir>/report/metrics.md     the same as Markdown tables
+    <output-dir>/report/slices.csv/md  AUC and more by student, part, history, container
+    <output-dir>/report/*.png          ROC curves, reliability diagram, training curves
+    <output-dir>/report/summary.json   the headline numbers
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import (
+    accuracy_score,
+    brier_score_loss,
+    confusion_matrix,
+    f1_score,
+    log_loss,
+    precision_recall_curve,
+    precision_score,
+    recall_score,
+    roc_auc_score,
+)
+from tqdm import tqdm
+
+from common import plots
+from common.baselines import BASELINE_NAMES, BaselineConfig, baseline_scores
+from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.features import QuestionSequences, build_sequences
+from common.files import atomic_file, write_json, write_run_record, write_text
+from common.folds import Fold
+from common.schema import QUESTION
+
+REPORT_SUBDIR = "report"
+PREDICTIONS_FILE = "stream_predictions.parquet"
+TRUTH_FILE = "demo_truth.csv"
+MODEL = "model"
+ORACLE = "oracle"
+POOLED = "pooled"
+PREDICTION_COLUMNS = ("row_id", "global_row", "content_id", "answered_correctly", "prediction")
+
+# Slice buckets: (label, lowest value, highest value) inclusive.
+HISTORY_BUCKETS = (
+    ("0", 0, 0),
+    ("1-10", 1, 10),
+    ("11-100", 11, 100),
+    ("101-1000", 101, 1000),
+    (">1000", 1001, np.inf),
+)
+CONTAINER_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5+", 5, np.inf))
+
+
+@dataclass
+class EvaluateConfig:
+    folds: list[int] | None = None  # None: every fold{k}/ holding stream predictions
+    bootstrap: int = 1000  # AUC resamples; 0 skips the interval
+    seed: int = 0
+    calibration_bins: int = 10
+    progress: bool = True  # a bar over bootstrap resamples (minutes on millions of rows)
+    baselines: BaselineConfig = field(default_factory=BaselineConfig)
+
+
+# ---------------------------------------------------------------------------------------
+# metrics
+
+
+def auc_or_nan(labels: np.ndarray, scores: np.ndarray) -> float:
+    """ROC AUC, or NaN where it is undefined (no rows, or one class only)."""
+    labels = np.asarray(labels)
+    if len(labels) == 0 or labels.min() == labels.max():
+        return float("nan")
+    return float(roc_auc_score(labels, scores))
+
+
+def threshold_metrics(labels: np.ndarray, scores: np.ndarray, threshold: float) -> dict:
+    """Classification metrics of `scores >= threshold` (the convention of
+    precision_recall_curve)."""
+    predicted = (np.asarray(scores) >= threshold).astype(np.int8)
+    tn, fp, fn, tp = confusion_matrix(labels, predicted, labels=[0, 1]).ravel()
+    specificity = float(recall_score(labels, predicted, pos_label=0, zero_division=0))
+    return {
+        "accuracy": float(accuracy_score(labels, predicted)),
+        "precision": float(precision_score(labels, predicted, zero_division=0)),
+        "recall": float(recall_score(labels, predicted, zero_division=0)),
+        "fall_out": 1.0 - specificity,
+        "specificity": specificity,
+        "f1": float(f1_score(labels, predicted, zero_division=0)),
+        "tp": int(tp),
+        "fp": int(fp),
+        "tn": int(tn),
+        "fn": int(fn),
+    }
+
+
+def f1_optimal_threshold(labels: np.ndarray, scores: np.ndarray) -> float:
+    """The score threshold (predict positive at >= it) with the highest F1; the lowest
+    such threshold on ties."""
+    precision, recall, thresholds = precision_recall_curve(labels, scores)
+    # The curve's last point (precision 1, recall 0) has no threshold.
+    precision, recall = precision[:-1], recall[:-1]
+    denominator = precision + recall
+    f1 = np.divide(
+        2 * precision * recall, denominator, out=np.zeros_like(denominator), where=denominator > 0
+    )
+    return float(thresholds[int(np.argmax(f1))])
+
+
+def bootstrap_auc_interval(
+    labels: np.ndarray,
+    scores: np.ndarray,
+    n_resamples: int,
+    seed: int,
+    level: float = 0.95,
+    progress: bool = False,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ROC AUC over rows.
+
+    Each resample draws len(labels) rows with replacement, passed to roc_auc_score as
+    multinomial counts (sample_weight), which is the same AUC as the resampled rows.
+    Rows are sorted by score once so that sklearn's stable sort runs on sorted input.
+    Cost: one roc_auc_score per resample (about 0.4 s per million rows).
+    """
+    if n_resamples <= 0 or len(labels) == 0:
+        return float("nan"), float("nan")
+    order = np.argsort(scores, kind="stable")
+    labels, scores = np.asarray(labels)[order], np.asarray(scores)[order]
+    rng = np.random.default_rng(seed)
+    n = len(labels)
+    aucs = np.empty(n_resamples)
+    bar = tqdm(range(n_resamples), desc=f"AUC bootstrap, {n:,} rows", disable=not progress)
+    for b in bar:
+        counts = np.bincount(rng.integers(0, n, size=n), minlength=n)
+        positives = counts[labels == 1].sum()
+        if positives == 0 or positives == n:
+            aucs[b] = np.nan
+            continue
+        aucs[b] = roc_auc_score(labels, scores, sample_weight=counts)
+    tail = 100 * (1 - level) / 2
+    low, high = np.nanpercentile(aucs, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def score_metrics(labels: np.ndarray, scores: np.ndarray) -> dict:
+    """Every metric of one scorer on one set of rows."""
+    labels = np.asarray(labels).astype(np.int8)
+    scores = np.asarray(scores, dtype=np.float64)
+    both_classes = len(labels) > 0 and labels.min() != labels.max()
+    result = {
+        "rows": len(labels),
+        "share_positive": float(labels.mean()) if len(labels) else float("nan"),
+        "auc": auc_or_nan(labels, scores),
+        "log_loss": float(log_loss(labels, scores, labels=[0, 1])) if len(labels) else np.nan,
+        "brier": float(brier_score_loss(labels, scores)) if len(labels) else np.nan,
+    }
+    for key, value in threshold_metrics(labels, scores, 0.5).items():
+        result[f"{key}_at_half"] = value
+    best = f1_optimal_threshold(labels, scores) if both_classes else float("nan")
+    result["best_f1_threshold"] = best
+    for key, value in threshold_metrics(labels, scores, best).items():
+        result[f"{key}_at_best_f1"] = value
+    return result
+
+
+# ---------------------------------------------------------------------------------------
+# loading and checking the streamed rows
+
+
+def discover_folds(output_dir: Path) -> list[int]:
+    """Fold indices k with output_dir/fold{k}/stream_predictions.parquet, ascending."""
+    found = []
+    for path in output_dir.glob(f"fold*/{PREDICTIONS_FILE}"):
+        match = re.fullmatch(r"fold(\d+)", path.parent.name)
+        if match:
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+@dataclass
+class EvaluationData:
+    """What every fold shares: the rows, their question sequences and the part table."""
+
+    arrays: TrainArrays
+    sequences: QuestionSequences
+    n_questions: int
+
+    @classmethod
+    def load(cls, output_dir: Path) -> EvaluationData:
+        data_dir = output_dir / DATA_SUBDIR
+        arrays = TrainArrays.load(data_dir)
+        questions = load_questions(data_dir)
+        sequences = build_sequences(arrays, question_parts(questions))
+        return cls(arrays, sequences, int(questions["question_id"].max()) + 1)
+
+
+def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.ndarray:
+    """Number of questions in the task container of each flat entry."""
+    n = len(sequences.row)
+    opens = np.ones(n, dtype=bool)
+    opens[1:] = sequences.container_first[1:] != sequences.container_first[:-1]
+    opens[sequences.offsets[:-1][sequences.offsets[:-1] < n]] = True
+    starts = np.flatnonzero(opens)
+    ends = np.append(starts[1:], n)
+    which = np.searchsorted(starts, entries, side="right") - 1
+    return ends[which] - starts[which]
+
+
+def load_fold_rows(
+    output_dir: Path, fold_index: int, data: EvaluationData, config: EvaluateConfig
+) -> pd.DataFrame:
+    """One fold's streamed question rows with labels from the data arrays, the slice
+    keys and both baselines. Raises if the predictions file does not match the fold."""
+    path = output_dir / f"fold{fold_index}" / PREDICTIONS_FILE
+    predictions = pd.read_parquet(path)
+    missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
+    if missing:
+        raise ValueError(f"{path}: columns {missing} missing; found {list(predictions.columns)}")
+    fold = Fold.load(output_dir, fold_index)
+    arrays, sequences = data.arrays, data.sequences
+    global_row = predictions["global_row"].to_numpy().astype(np.int64)
+    entries = np.searchsorted(sequences.row, global_row)
+    inside = entries < len(sequences.row)
+    is_question = np.zeros(len(entries), dtype=bool)
+    is_question[inside] = sequences.row[entries[inside]] == global_row[inside]
+    if not is_question.all():
+        i = int(np.argmin(is_question))
+        raise ValueError(f"{path}: global_row {global_row[i]} is not a question row of the data")
+
+    streamed_type = np.asarray(arrays["content_type_id"])[fold.stream_index]
+    stream = fold.stream_index[streamed_type == QUESTION]
+    if len(global_row) != len(stream) or not np.array_equal(np.sort(global_row), np.sort(stream)):
+        unique = len(np.unique(global_row))
+        raise ValueError(
+            f"{path}: expected each of the fold's {len(stream):,} streamed question rows "
+            f"once, found {len(global_row):,} rows ({unique:,} distinct, "
+            f"{len(np.setdiff1d(stream, global_row)):,} of the stream missing)"
+        )
+    _check_agrees(path, "row_id", predictions["row_id"], np.asarray(arrays["row_id"])[global_row])
+    _check_agrees(path, "content_id", predictions["content_id"], sequences.question[entries])
+    label = sequences.response[entries].astype(np.int8)
+    _check_agrees(path, "answered_correctly", predictions["answered_correctly"], label)
+    student = np.searchsorted(sequences.offsets, entries, side="right") - 1
+    new_student = fold.user_cut[student] == 0
+    if "new_student" in predictions.columns:
+        _check_agrees(path, "new_student", predictions["new_student"], new_student)
+    score = predictions["prediction"].to_numpy(dtype=np.float64)
+    if not np.all((score >= 0) & (score <= 1)):
+        raise ValueError(f"{path}: predictions must be probabilities in [0, 1]")
+
+    rows = pd.DataFrame(
+        {
+            "fold": fold_index,
+            "row_id": predictions["row_id"].to_numpy(),
+            "global_row": global_row,
+            "user_id": np.asarray(arrays.users)[student],
+            "content_id": sequences.question[entries],
+            "label": label,
+            MODEL: score,
+            "new_student": new_student,
+            "part": sequences.part[entries],
+            "history_length": entries - sequences.offsets[student],
+            "container_size": container_sizes(sequences, entries),
+        }
+    )
+    if "group_num" in predictions.columns:
+        rows["group_num"] = predictions["group_num"].to_numpy()
+    cut_row = arrays.offsets[:-1] + fold.user_cut
+    baselines = baseline_scores(sequences, entries, cut_row, data.n_questions, config.baselines)
+    for name, values in baselines.items():
+        rows[name] = values
+    return rows
+
+
+def _check_agrees(path: Path, column: str, given: pd.Series, expected: np.ndarray) -> None:
+    given = given.to_numpy()
+    differs = given.astype(np.int64) != np.asarray(expected).astype(np.int64)
+    if differs.any():
+        i = int(np.argmax(differs))
+        raise ValueError(
+            f"{path}: column {column!r} disagrees with the data arrays on {differs.sum():,} "
+            f"rows, e.g. row {i}: file has {given[i]}, data has {expected[i]}"
+        )
+
+
+def add_oracle(rows: pd.DataFrame, truth_path: Path) -> pd.DataFrame:
+    """Join demo_truth.csv (row_id, p_true) as the oracle score; every row must have one."""
+    truth = pd.read_csv(truth_path, usecols=["row_id", "p_true"])
+    if truth["row_id"].duplicated().any():
+        raise ValueError(f"{truth_path}: duplicate row_id values")
+    p_true = truth.set_index("row_id")["p_true"].reindex(rows["row_id"].to_numpy()).to_numpy()
+    if np.isnan(p_true).any():
+        raise ValueError(
+            f"{truth_path}: {int(np.isnan(p_true).sum()):,} streamed rows have no p_true"
+        )
+    rows = rows.copy()
+    rows[ORACLE] = p_true
+    return rows
+
+
+def scorers(rows: pd.DataFrame) -> list[str]:
+    """Score columns present, in report order."""
+    return [name for name in (MODEL, *BASELINE_NAMES, ORACLE) if name in rows.columns]
+
+
+# ---------------------------------------------------------------------------------------
+# tables
+
+
+def metric_table(rows: pd.DataFrame, config: EvaluateConfig) -> pd.DataFrame:
+    """Long table: one row per (fold or 'pooled', scorer) with every metric; the model's
+    rows carry a bootstrap interval for AUC."""
+    groups = [(str(k), rows[rows["fold"] == k]) for k in sorted(rows["fold"].unique())]
+    groups.append((POOLED, rows))
+    records = []
+    for name, group in groups:
+        labels = group["label"].to_numpy()
+        for scorer in scorers(rows):
+            record = {"fold": name, "scorer": scorer}
+            record.update(score_metrics(labels, group[scorer].to_numpy()))
+            low = high = float("nan")
+            if scorer == MODEL:
+                low, high = bootstrap_auc_interval(
+                    labels,
+                    group[scorer].to_numpy(),
+                    config.bootstrap,
+                    config.seed,
+                    progress=config.progress,
+                )
+            record["auc_ci_low"], record["auc_ci_high"] = low, high
+            records.append(record)
+    return pd.DataFrame(records)
+
+
+def _bucket(values: np.ndarray, buckets) -> list[tuple[str, np.ndarray]]:
+    return [(label, (values >= low) & (values <= high)) for label, low, high in buckets]
+
+
+def slice_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """AUC of every scorer, rows, share correct and the model's log loss per slice of the
+    pooled rows."""
+    new = rows["new_student"].to_numpy()
+    part = rows["part"].to_numpy()
+    slices = [("all", "all", np.ones(len(rows), dtype=bool))]
+    slices += [("student", "new", new), ("student", "continuing", ~new)]
+    slices += [("part", str(p), part == p) for p in sorted(np.unique(part))]
+    slices += [
+        ("history length", label, mask)
+        for label, mask in _bucket(rows["history_length"].to_numpy(), HISTORY_BUCKETS)
+    ]
+    slices += [
+        ("container size", label, mask)
+        for label, mask in _bucket(rows["container_size"].to_numpy(), CONTAINER_BUCKETS)
+    ]
+    labels = rows["label"].to_numpy()
+    records = []
+    for kind, name, mask in slices:
+        record = {
+            "slice": kind,
+            "value": name,
+            "rows": int(mask.sum()),
+            "share_correct": float(labels[mask].mean()) if mask.any() else float("nan"),
+        }
+        for scorer in scorers(rows):
+            record[f"auc_{scorer}"] = auc_or_nan(labels[mask], rows[scorer].to_numpy()[mask])
+        record["log_loss_model"] = (
+            float(log_loss(labels[mask], rows[MODEL].to_numpy()[mask], labels=[0, 1]))
+            if mask.any()
+            else float("nan")
+        )
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "–"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    return f"{float(value):.{digits}f}"
+
+
+def markdown_table(header: list[str], body: list[list[str]], align: str | None = None) -> str:
+    """A GitHub Markdown table; `align` is one character per column, 'l' or 'r'."""
+    align = align or "l" + "r" * (len(header) - 1)
+    rule = ["---" if a == "l" else "---:" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def _auc_with_interval(record: pd.Series) -> str:
+    text = _fmt(record["auc"])
+    if not np.isnan(record["auc_ci_low"]):
+        text += f" ({_fmt(record['auc_ci_low'])}–{_fmt(record['auc_ci_high'])})"
+    return text
+
+
+def metrics_markdown(table: pd.DataFrame) -> str:
+    """Three tables: AUC by fold and scorer, every scorer pooled, the model at the two
+    thresholds."""
+    present = list(dict.fromkeys(table["scorer"]))
+    folds = list(dict.fromkeys(table["fold"]))
+    by = table.set_index(["fold", "scorer"])
+    header = ["fold", "rows", "share correct", "model AUC (95% CI)"]
+    header += [f"{s} AUC" for s in present if s != MODEL] + ["model log loss", "model Brier"]
+    body = []
+    for fold in folds:
+        model = by.loc[(fold, MODEL)]
+        row = [fold, _fmt(int(model["rows"])), _fmt(model["share_positive"], 3)]
+        row.append(_auc_with_interval(model))
+        row += [_fmt(by.loc[(fold, s), "auc"]) for s in present if s != MODEL]
+        row += [_fmt(model["log_loss"]), _fmt(model["brier"])]
+        body.append(row)
+    parts = ["### ROC AUC by fold\n\n", markdown_table(header, body)]
+
+    header = ["scorer", "AUC", "log loss", "Brier", "accuracy @0.5", "F1 @0.5"]
+    header += ["best-F1 threshold", "F1 there"]
+    body = []
+    for scorer in present:
+        r = by.loc[(POOLED, scorer)]
+        body.append(
+            [
+                scorer,
+                _fmt(r["auc"]),
+                _fmt(r["log_loss"]),
+                _fmt(r["brier"]),
+                _fmt(r["accuracy_at_half"]),
+                _fmt(r["f1_at_half"]),
+                _fmt(r["best_f1_threshold"], 3),
+                _fmt(r["f1_at_best_f1"]),
+            ]
+        )
+    parts += ["\n### Every scorer, pooled rows\n\n", markdown_table(header, body)]
+
+    header = ["fold", "threshold", "accuracy", "precision", "recall", "fall-out"]
+    header += ["specificity", "F1"]
+    body = []
+    for fold in folds:
+        r = by.loc[(fold, MODEL)]
+        for suffix, label in (
+            ("at_half", "0.5"),
+            ("at_best_f1", f"{_fmt(r['best_f1_threshold'], 3)} (best F1)"),
+        ):
+            keys = ("accuracy", "precision", "recall", "fall_out", "specificity", "f1")
+            body.append([fold, label, *[_fmt(r[f"{k}_{suffix}"]) for k in keys]])
+    parts += ["\n### The model as a classifier\n\n", markdown_table(header, body)]
+    return "".join(parts)
+
+
+def slices_markdown(table: pd.DataFrame) -> str:
+    auc_columns = [c for c in table.columns if c.startswith("auc_")]
+    header = ["slice", "value", "rows", "share correct"]
+    header += [f"{c.removeprefix('auc_')} AUC" for c in auc_columns] + ["model log loss"]
+    body = [
+        [
+            r["slice"],
+            r["value"],
+            _fmt(int(r["rows"])),
+            _fmt(r["share_correct"], 3),
+            *[_fmt(r[c]) for c in auc_columns],
+            _fmt(r["log_loss_model"]),
+        ]
+        for _, r in table.iterrows()
+    ]
+    return markdown_table(header, body, "ll" + "r" * (len(header) - 2))
+
+
+# ---------------------------------------------------------------------------------------
+# the report
+
+
+def headline(table: pd.DataFrame) -> dict:
+    """Pooled model AUC with interval, the baselines' and the oracle's AUC, the lifts."""
+    pooled = table[table["fold"] == POOLED].set_index("scorer")
+    model = pooled.loc[MODEL]
+    result = {
+        "rows": int(model["rows"]),
+        "auc": float(model["auc"]),
+        "auc_ci_low": float(model["auc_ci_low"]),
+        "auc_ci_high": float(model["auc_ci_high"]),
+        "baselines": {name: float(pooled.loc[name, "auc"]) for name in BASELINE_NAMES},
+        "oracle_auc": float(pooled.loc[ORACLE, "auc"]) if ORACLE in pooled.index else None,
+    }
+    result["lift"] = {name: result["auc"] - auc for name, auc in result["baselines"].items()}
+    return result
+
+
+def _headline_markdown(head: dict, folds: list[int], config: EvaluateConfig) -> str:
+    lines = [
+        f"**Model ROC AUC {head['auc']:.4f}** on {head['rows']:,} streamed question rows "
+        f"(fold{'s' if len(folds) > 1 else ''} {', '.join(map(str, folds))}, pooled)"
+    ]
+    if config.bootstrap > 0:
+        lines[0] += (
+            f", 95% interval {head['auc_ci_low']:.4f}–{head['auc_ci_high']:.4f} "
+            f"(percentile bootstrap over rows, {config.bootstrap:,} resamples)"
+        )
+    lines[0] += "."
+    if head["oracle_auc"] is not None:
+        best = max(head["baselines"].values())
+        gap = head["oracle_auc"] - best
+        share = (head["auc"] - best) / gap if gap > 0 else float("nan")
+        lines.append(
+            f"**Oracle AUC {head['oracle_auc']:.4f}** on the same rows (the demo generator's "
+            f"true probabilities as scores: the best ranking any model can expect); the model "
+            f"closes {share:.0%} of the gap between the better baseline and the oracle."
+        )
+    for name, auc in head["baselines"].items():
+        lines.append(f"Lift over the {name} baseline ({auc:.4f}): {head['lift'][name]:+.4f} AUC.")
+    return "\n".join(f"- {line}" for line in lines) + "\n"
+
+
+def _method_markdown(config: EvaluateConfig, has_oracle: bool) -> str:
+    b = config.baselines
+    items = [
+        "Rows: every question row of each fold's validation stream, predicted one API group "
+        "at a time by 04_infer.py (fold{k}/stream_predictions.parquet). Labels are read "
+        "from the preprocessed data arrays through global_row; the file's own labels, "
+        "row ids, question ids and new-student flags are checked against them, and each "
+        "streamed question row must appear exactly once.",
+        "Pooled: the folds' rows together, each scored by its own fold's model; metrics "
+        "are computed once on the pooled rows (scikit-learn), never averaged over folds.",
+        f"AUC interval: percentile bootstrap over rows ({config.bootstrap:,} resamples, "
+        f"seed {config.seed}; the 2.5th and 97.5th percentiles). Rows of one student are "
+        "correlated, so a bootstrap over students would give a wider interval.",
+        "Thresholds: a row is predicted correct when its score is >= the threshold; the "
+        "best-F1 threshold is chosen on the same rows (optimistic by construction). "
+        "Fall-out = FP / (FP + TN) = 1 − specificity.",
+        f"Question-rate baseline: each question's correct rate on the fold's training rows "
+        f"(every student's rows before their cut), smoothed as (correct + {b.question_prior:g}"
+        f" × global) / (answers + {b.question_prior:g}); unseen questions get the global "
+        "training rate.",
+        f"Student + question baseline: (n × student mean + {b.student_prior:g} × question "
+        f"rate) / (n + {b.student_prior:g}), where the student mean runs over the n question "
+        "rows of the student's earlier task containers (training history and earlier "
+        "stream containers, whose outcomes the API has revealed); never the row's own "
+        "container or later rows.",
+        "Slices: new = the student has no training rows in this fold; history length = the "
+        "student's question rows before this one (training history and earlier stream "
+        "rows, including earlier questions of the same container); container size = "
+        "questions in the row's task container; part from questions.csv.",
+        f"Reliability diagram: {config.calibration_bins} equal-width bins of the score "
+        "(sklearn calibration_curve); the histogram below counts the model's scores.",
+    ]
+    if has_oracle:
+        items.append(
+            "Oracle: demo_truth.csv's p_true (the probability the demo generator drew each "
+            "answer from), joined on row_id, scored on the same rows."
+        )
+    return "\n".join(f"- {item}" for item in items) + "\n"
+
+
+def report_markdown(
+    head: dict,
+    metrics_md: str,
+    slices_md: str,
+    figures: dict[str, str],
+    folds: list[int],
+    config: EvaluateConfig,
+) -> str:
+    has_oracle = head["oracle_auc"] is not None
+    figure_md = "".join(f"### {title}\n\n![{title}]({link})\n\n" for title, link in figures.items())
+    if not figures:
+        figure_md = "No figures.\n\n"
+    return (
+        "# Evaluation report\n\n"
+        f"_Generated {time.strftime('%Y-%m-%d %H:%M')} by 05_evaluate.py._\n\n"
+        f"## Headline\n\n{_headline_markdown(head, folds, config)}\n"
+        f"## Metrics\n\n{metrics_md}\n"
+        f"## Slices (pooled rows)\n\n{slices_md}\n"
+        f"## Figures\n\n{figure_md}"
+        f"## How measured\n\n{_method_markdown(config, has_oracle)}"
+    )
+
+
+def _write_csv(path: Path, frame: pd.DataFrame) -> None:
+    with atomic_file(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def load_histories(output_dir: Path, folds: list[int]) -> dict[int, pd.DataFrame]:
+    histories = {}
+    for k in folds:
+        path = output_dir / f"fold{k}" / "history.csv"
+        if path.exists():
+            histories[k] = pd.read_csv(path)
+    return histories
+
+
+def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
+    """Score the folds' stream predictions and write the report; returns the headline."""
+    output_dir, input_dir = Path(output_dir), Path(input_dir)
+    folds = config.folds if config.folds is not None else discover_folds(output_dir)
+    if not folds:
+        raise FileNotFoundError(f"no {output_dir}/fold*/{PREDICTIONS_FILE}: run 04_infer.py first")
+    data = EvaluationData.load(output_dir)
+    rows = pd.concat([load_fold_rows(output_dir, k, data, config) for k in folds])
+    rows = rows.reset_index(drop=True)
+    truth_path = input_dir / TRUTH_FILE
+    if truth_path.exists():
+        rows = add_oracle(rows, truth_path)
+
+    report_dir = output_dir / REPORT_SUBDIR
+    table = metric_table(rows, config)
+    slices = slice_table(rows)
+    metrics_md, slices_md = metrics_markdown(table), slices_markdown(slices)
+    _write_csv(report_dir / "metrics.csv", table)
+    _write_csv(report_dir / "slices.csv", slices)
+    write_text(report_dir / "metrics.md", metrics_md)
+    write_text(report_dir / "slices.md", slices_md)
+
+    labels = rows["label"].to_numpy()
+    scores = {name: rows[name].to_numpy() for name in scorers(rows)}
+    figures = {
+        "ROC curves": "roc.png",
+        "Reliability diagram": "reliability.png",
+    }
+    plots.roc_figure(report_dir / "roc.png", labels, scores)
+    plots.reliability_figure(
+        report_dir / "reliability.png", labels, scores, config.calibration_bins
+    )
+    histories = load_histories(output_dir, folds)
+    if histories:
+        plots.training_curves_figure(report_dir / "training_curves.png", histories)
+        figures["Training curves"] = "training_curves.png"
+    links = {title: f"{REPORT_SUBDIR}/{name}" for title, name in figures.items()}
+
+    head = headline(table)
+    head["folds"] = folds
+    head["report"] = str(output_dir / "report.md")
+    write_text(
+        output_dir / "report.md", report_markdown(head, metrics_md, slices_md, links, folds, config)
+    )
+    write_json(report_dir / "summary.json", head)
+    write_run_record(report_dir, "evaluate", asdict(config))
+    return head

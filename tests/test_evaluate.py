@@ -1,0 +1,307 @@
+"""05_evaluate: metrics against hand-computed answers, the baselines' use of information
+(no future rows, training rows only), and the report of a tiny streamed run."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from common.baselines import (
+    question_rates,
+    revealed_history,
+    student_question_blend,
+    training_entries,
+)
+from common.data import DATA_SUBDIR, TrainArrays
+from common.emulator import Emulator
+from common.evaluate import (
+    EvaluateConfig,
+    bootstrap_auc_interval,
+    container_sizes,
+    evaluate,
+    f1_optimal_threshold,
+    score_metrics,
+    threshold_metrics,
+)
+from common.features import build_sequences
+from common.folds import Fold, FoldConfig, make_folds
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# Eight rows: positives score 0.9 0.8 0.7 0.4, negatives 0.6 0.3 0.2 0.1.
+LABELS = np.array([1, 1, 1, 1, 0, 0, 0, 0])
+SCORES = np.array([0.9, 0.8, 0.7, 0.4, 0.6, 0.3, 0.2, 0.1])
+
+
+def test_metrics_at_half_match_hand_counts():
+    # >= 0.5: 0.9 0.8 0.7 (TP) and 0.6 (FP); 0.4 is a FN; 0.3 0.2 0.1 are TN.
+    m = threshold_metrics(LABELS, SCORES, 0.5)
+    assert (m["tp"], m["fp"], m["tn"], m["fn"]) == (3, 1, 3, 1)
+    assert m["accuracy"] == pytest.approx(6 / 8)
+    assert m["precision"] == pytest.approx(3 / 4)
+    assert m["recall"] == pytest.approx(3 / 4)
+    assert m["fall_out"] == pytest.approx(1 / 4)
+    assert m["specificity"] == pytest.approx(3 / 4)
+    assert m["f1"] == pytest.approx(3 / 4)
+
+
+def test_f1_optimal_threshold_is_found():
+    # Thresholds and F1: 0.7 -> P 1, R 3/4, F1 6/7; 0.4 -> P 4/5, R 1, F1 8/9 (best);
+    # 0.3 -> P 4/6, R 1, F1 4/5; 0.1 -> P 1/2, R 1, F1 2/3.
+    assert f1_optimal_threshold(LABELS, SCORES) == pytest.approx(0.4)
+    m = threshold_metrics(LABELS, SCORES, 0.4)
+    assert m["f1"] == pytest.approx(8 / 9)
+    assert m["accuracy"] == pytest.approx(7 / 8)
+    assert m["fall_out"] == pytest.approx(1 / 4)
+
+
+def test_score_metrics_match_hand_values():
+    m = score_metrics(LABELS, SCORES)
+    # 16 positive-negative pairs; only 0.4 < 0.6 is misordered.
+    assert m["auc"] == pytest.approx(15 / 16)
+    # Each class has errors 0.1 0.2 0.3 0.6: squared sum 0.5 per class.
+    assert m["brier"] == pytest.approx(1.0 / 8)
+    expected_log_loss = -(math.log(0.9) + math.log(0.8) + math.log(0.7) + math.log(0.4)) / 4
+    assert m["log_loss"] == pytest.approx(expected_log_loss)
+    assert m["rows"] == 8 and m["share_positive"] == pytest.approx(0.5)
+    assert m["best_f1_threshold"] == pytest.approx(0.4)
+    assert m["f1_at_best_f1"] == pytest.approx(8 / 9)
+    assert m["recall_at_half"] == pytest.approx(3 / 4)
+
+
+def test_bootstrap_interval_brackets_auc_and_is_reproducible():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400)
+    scores = (labels * 0.3 + rng.random(400)) / 1.3
+    auc = score_metrics(labels, scores)["auc"]
+    low, high = bootstrap_auc_interval(labels, scores, 100, seed=3)
+    assert low < auc < high and high - low < 0.2
+    assert (low, high) == bootstrap_auc_interval(labels, scores, 100, seed=3)
+    assert all(np.isnan(bootstrap_auc_interval(labels, scores, 0, seed=3)))
+
+
+# ---------------------------------------------------------------------------------------
+# baselines on a hand-made stream
+
+
+def hand_arrays(correct: list[int]) -> TrainArrays:
+    """Three students, one row each line:
+
+    student 10 (cut at row 3)  r0 t0 q1 | r1 t10 q2 | r2 t20 lecture || r3 t30 q1, r4 t30 q3
+                               (one container) | r5 t40 q2
+    student 20 (new, cut 0)    r6 t0 q1 | r7 t5 q2
+    student 30 (training only) r8 t0 q1 | r9 t1 q3
+    """
+    content_type = np.array([0, 0, 1, 0, 0, 0, 0, 0, 0, 0], dtype=np.int8)
+    columns = {
+        "row_id": np.arange(10, dtype=np.int64),
+        "timestamp": np.array([0, 10, 20, 30, 30, 40, 0, 5, 0, 1], dtype=np.int64),
+        "content_id": np.array([1, 2, 7, 1, 3, 2, 1, 2, 1, 3], dtype=np.int16),
+        "content_type_id": content_type,
+        "task_container_id": np.array([0, 1, 2, 3, 3, 4, 0, 1, 0, 1], dtype=np.int16),
+        "user_answer": np.where(content_type == 0, 0, -1).astype(np.int8),
+        "answered_correctly": np.array(correct, dtype=np.int8),
+        "prior_question_elapsed_time": np.full(10, np.nan, dtype=np.float32),
+        "prior_question_had_explanation": np.full(10, -1, dtype=np.int8),
+    }
+    users = np.array([10, 20, 30], dtype=np.int32)
+    offsets = np.array([0, 6, 8, 10], dtype=np.int64)
+    return TrainArrays(users=users, offsets=offsets, columns=columns)
+
+
+HAND_CORRECT = [1, 0, -1, 1, 0, 1, 0, 0, 1, 1]
+HAND_CUT_ROW = np.array([3, 6, 10])  # global row of each student's cut
+STREAM_ROWS = np.array([3, 4, 5, 6, 7])
+
+
+def hand_sequences(correct: list[int]):
+    sequences = build_sequences(hand_arrays(correct), np.zeros(8, dtype=np.int8))
+    entries = np.searchsorted(sequences.row, STREAM_ROWS)
+    return sequences, entries
+
+
+def test_question_rates_use_training_rows_only():
+    sequences, _ = hand_sequences(HAND_CORRECT)
+    train = training_entries(sequences, HAND_CUT_ROW)
+    assert sequences.row[train].tolist() == [0, 1, 8, 9]
+    rates = question_rates(sequences, train, n_questions=5, prior=1.0)
+    # training answers: q1 right twice (r0, r8), q2 wrong once (r1), q3 right once (r9)
+    assert rates.global_rate == pytest.approx(3 / 4)
+    assert rates(np.array([1, 2, 3, 4])) == pytest.approx(
+        [(2 + 0.75) / 3, (0 + 0.75) / 2, (1 + 0.75) / 2, 0.75]
+    )
+    assert rates(np.array([99]))[0] == pytest.approx(0.75)  # beyond the table: global
+
+    flipped = list(HAND_CORRECT)
+    for row in STREAM_ROWS:  # the stream's outcomes must not move the rates
+        flipped[row] = 1 - flipped[row]
+    again = question_rates(hand_sequences(flipped)[0], train, n_questions=5, prior=1.0)
+    np.testing.assert_array_equal(again.rate, rates.rate)
+
+
+def test_running_mean_counts_only_earlier_containers():
+    sequences, entries = hand_sequences(HAND_CORRECT)
+    n, correct = revealed_history(sequences, entries)
+    # r3 and r4 share a container: both see r0 (right) and r1 (wrong) only; r5 sees r0,
+    # r1, r3, r4; the new student's r6 sees nothing and r7 sees r6.
+    assert n.tolist() == [2, 2, 4, 0, 1]
+    assert correct.tolist() == [1, 1, 2, 0, 0]
+    blend = student_question_blend(n, correct, np.full(5, 0.6), prior=2.0)
+    assert blend == pytest.approx([(1 + 1.2) / 4, (1 + 1.2) / 4, (2 + 1.2) / 6, 0.6, 1.2 / 3])
+    assert container_sizes(sequences, entries).tolist() == [2, 2, 1, 1, 1]
+    assert (entries - sequences.offsets[[0, 0, 0, 1, 1]]).tolist() == [2, 3, 4, 0, 1]
+
+
+def test_running_mean_ignores_own_container_and_later_rows():
+    sequences, entries = hand_sequences(HAND_CORRECT)
+    n_before, correct_before = revealed_history(sequences, entries)
+    flipped = list(HAND_CORRECT)
+    for row in (3, 5, 7):  # r3: r3/r4's own container; r5 and r7: later rows
+        flipped[row] = 1 - flipped[row]
+    n_after, correct_after = revealed_history(*hand_sequences(flipped))
+    np.testing.assert_array_equal(n_after, n_before)
+    # r3, r4 (own container flipped), r6 (later r7 flipped) see the same outcomes ...
+    assert correct_after[[0, 1, 3]].tolist() == correct_before[[0, 1, 3]].tolist()
+    # ... and r5 does see the earlier container's r3
+    assert correct_after[2] == correct_before[2] - 1
+
+    # Any relabelling of a row's own container and everything after it leaves the row's
+    # value unchanged.
+    rng = np.random.default_rng(0)
+    first_of_container = {3: 3, 4: 3, 5: 5, 6: 6, 7: 7}
+    student_end = {3: 6, 4: 6, 5: 6, 6: 8, 7: 8}
+    for i, row in enumerate(STREAM_ROWS):
+        for _ in range(5):
+            relabelled = list(HAND_CORRECT)
+            for later in range(first_of_container[row], student_end[row]):
+                relabelled[later] = int(rng.integers(0, 2))
+            n, correct = revealed_history(*hand_sequences(relabelled))
+            assert (n[i], correct[i]) == (n_before[i], correct_before[i])
+
+
+# ---------------------------------------------------------------------------------------
+# the report of a tiny streamed run
+
+
+def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int, seed: int):
+    """Stream the fold through the emulator with a noisy copy of the true probability,
+    and write what 04_infer.py writes for 05 (predictions and a history)."""
+    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    fold = Fold.load(output_dir, fold_index)
+    truth = pd.read_csv(input_dir / "demo_truth.csv").set_index("row_id")["p_true"]
+    rng = np.random.default_rng(seed)
+    env = Emulator.from_fold(arrays, fold)
+    for _, sample in env.iter_test():
+        p = truth.reindex(sample["row_id"].to_numpy()).to_numpy()
+        sample = sample.copy()
+        sample["answered_correctly"] = np.clip(p + rng.normal(0, 0.15, len(p)), 0.01, 0.99)
+        env.predict(sample)
+    results = env.results()
+    student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1
+    results["new_student"] = fold.user_cut[student] == 0
+    fold_dir = output_dir / f"fold{fold_index}"
+    fold_dir.mkdir(parents=True, exist_ok=True)
+    results.to_parquet(fold_dir / "stream_predictions.parquet", index=False)
+    history = pd.DataFrame(
+        {
+            "epoch": [1, 2, 3],
+            "train_loss": [0.62, 0.58, 0.56],
+            "valid_loss": [0.60, 0.57, 0.565],
+            "valid_auc": [0.68, 0.71, 0.72],
+        }
+    )
+    history.to_csv(fold_dir / "history.csv", index=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(demo_input: Path, demo_output: Path, tmp_path_factory) -> Path:
+    """The session's 150-student demo (through 01) with its own folds (02) and stream
+    predictions for folds 0 and 1; demo_input holds demo_truth.csv."""
+    output_dir = tmp_path_factory.mktemp("evaluate") / "output"
+    shutil.copytree(demo_output / DATA_SUBDIR, output_dir / DATA_SUBDIR)
+    make_folds(output_dir, FoldConfig(n_folds=5, seed=0))
+    for k in (0, 1):
+        write_stream_predictions(output_dir, demo_input, k, seed=k)
+    return output_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tiny_run: Path, demo_input: Path, run_script) -> tuple[Path, str]:
+    result = run_script(
+        "05_evaluate.py",
+        "--output-dir",
+        tiny_run,
+        "--input-dir",
+        demo_input,
+        "--bootstrap",
+        "50",
+        "--no-progress",
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return tiny_run, result.stdout
+
+
+def test_report_has_tables_and_headline(tiny_report):
+    output_dir, stdout = tiny_report
+    report = (output_dir / "report.md").read_text()
+    for heading in ("## Headline", "## Metrics", "## Slices", "## Figures", "## How measured"):
+        assert heading in report
+    assert report.index("## Headline") < report.index("## Metrics")
+    assert "Oracle AUC" in report and "oracle AUC" in report
+    assert "model AUC" in stdout and "oracle AUC" in stdout and "report.md" in stdout
+
+    metrics = pd.read_csv(output_dir / "report" / "metrics.csv")
+    assert set(metrics["fold"].astype(str)) == {"0", "1", "pooled"}
+    assert set(metrics["scorer"]) == {"model", "question rate", "student + question", "oracle"}
+    pooled = metrics[(metrics["fold"].astype(str) == "pooled")].set_index("scorer")
+    model = pooled.loc["model"]
+    assert model["auc_ci_low"] < model["auc"] < model["auc_ci_high"]
+    per_fold = metrics[metrics["scorer"] == "model"]["rows"].to_numpy()
+    assert per_fold[-1] == per_fold[:-1].sum()  # pooled = folds together
+    # the oracle scores the true probability: the baselines must not beat it
+    assert pooled.loc["oracle", "auc"] > pooled.loc["question rate", "auc"]
+
+    slices = pd.read_csv(output_dir / "report" / "slices.csv", keep_default_na=False)
+    kinds = set(slices["slice"])
+    assert {"all", "student", "part", "history length", "container size"} <= kinds
+    assert slices[slices["slice"] == "student"]["rows"].sum() == model["rows"]
+    assert slices[slices["slice"] == "history length"]["rows"].sum() == model["rows"]
+    assert slices[slices["slice"] == "container size"]["rows"].sum() == model["rows"]
+
+
+def test_report_figures_are_png(tiny_report):
+    output_dir, _ = tiny_report
+    report = (output_dir / "report.md").read_text()
+    for name in ("roc.png", "reliability.png", "training_curves.png"):
+        path = output_dir / "report" / name
+        assert f"](report/{name})" in report
+        assert path.read_bytes()[:8] == PNG_SIGNATURE
+        image = plt.imread(path)
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_labels_in_predictions_are_checked(tiny_run: Path, tmp_path: Path):
+    output_dir = tmp_path / "output"
+    shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
+    path = output_dir / "fold0" / "stream_predictions.parquet"
+    predictions = pd.read_parquet(path)
+    predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
+    predictions.to_parquet(path, index=False)
+    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False)
+    with pytest.raises(ValueError, match="answered_correctly"):
+        evaluate(output_dir, tmp_path / "no_input", config)
+
+    predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
+    pd.concat([predictions, predictions.iloc[:1]]).to_parquet(path, index=False)
+    with pytest.raises(ValueError, match="once"):
+        evaluate(output_dir, tmp_path / "no_input", config)
