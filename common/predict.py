@@ -102,6 +102,11 @@ def predict_tails(
         active = member >= 0
         if not active.any():
             break
+        if not queue and not active.all():  # the tail: drop idle rows from the batch
+            keep = np.flatnonzero(active)
+            cache = cache.select(torch.as_tensor(keep, device=device))
+            member, step_of, rows = member[keep], step_of[keep], len(keep)
+            active = member >= 0
         spec = np.zeros((rows, 4), dtype=np.int64)
         session = np.zeros(rows, dtype=np.int64)
         owner = np.zeros(rows, dtype=np.int64)
