@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import math
 import os
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -247,20 +249,122 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         torch.save(payload, tmp)
 
 
-def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[SAINT, dict]:
-    """Rebuild a model from a checkpoint alone; returns (model in eval mode, checkpoint)."""
-    checkpoint = torch.load(path, map_location=device, weights_only=False)
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: missing, unreadable (truncated or corrupted), or
+    holding weights of another model config than the one it records. The message names
+    the file."""
+
+
+def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict:
+    """torch.load, with a CheckpointError naming the file when it is missing or is not a
+    readable checkpoint of this project."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found (03_train.py writes it)")
+    try:
+        checkpoint = torch.load(path, map_location=device, weights_only=False)
+    # Unpickling a damaged file can raise nearly any exception type (RuntimeError from the
+    # zip reader, EOFError, UnpicklingError, UnicodeDecodeError, ...); the cause is chained.
+    except Exception as error:
+        first_sentence = (str(error).splitlines() or [""])[0].split(". ")[0][:160]
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint ({path.stat().st_size:,} bytes; truncated or "
+            f"corrupted?): {type(error).__name__}: {first_sentence}"
+        ) from error
     for key in ("model_config", "model_state"):
-        if key not in checkpoint:
-            raise ValueError(f"{path} is not a checkpoint of this project (no {key!r})")
-    model = SAINT(ModelConfig.from_dict(checkpoint["model_config"])).to(device)
-    model.load_state_dict(checkpoint["model_state"])
+        if not isinstance(checkpoint, dict) or key not in checkpoint:
+            raise CheckpointError(f"{path}: not a checkpoint of this project (no {key!r})")
+    return checkpoint
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over a state dict's names, shapes, dtypes and bytes: a checkpoint that
+    records it is checked on load, which catches damage inside tensor data that the zip
+    reader does not notice."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def dict_differences(found: dict, expected: dict, limit: int = 6) -> str:
+    """'key: <found> vs <expected>' for each key whose values differ ('<none>' where a
+    dict lacks the key), at most `limit` of them; '' when the dicts agree."""
+
+    def shown(values: dict, key) -> str:
+        return repr(values[key]) if key in values else "<none>"
+
+    keys = sorted(set(found) | set(expected), key=str)
+    parts = [
+        f"{k}: {shown(found, k)} vs {shown(expected, k)}"
+        for k in keys
+        if k not in found or k not in expected or found[k] != expected[k]
+    ]
+    more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
+
+
+def state_mismatch(state: dict[str, torch.Tensor], model: torch.nn.Module) -> str:
+    """Which weights of `state` do not fit `model` (missing, unexpected, other shape)."""
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    return dict_differences(found, shapes)
+
+
+def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[SAINT, dict]:
+    """Rebuild a model from a checkpoint alone; returns (model in eval mode, checkpoint).
+
+    Raises CheckpointError naming the file when it is missing or damaged, or when its
+    weights do not fit the model config it records."""
+    checkpoint = read_checkpoint(path, device)
+    try:
+        config = ModelConfig.from_dict(checkpoint["model_config"])
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(
+            f"{path}: its model_config does not fit this code: {error}"
+        ) from error
+    model = SAINT(config).to(device)
+    state = checkpoint["model_state"]
+    mismatch = state_mismatch(state, model)
+    if mismatch:
+        raise CheckpointError(
+            f"{path}: its weights are of another model config than the one it records "
+            f"(weight: checkpoint shape vs its config's shape) {mismatch}"
+        )
+    recorded = checkpoint.get("model_digest")
+    if recorded is not None and recorded != state_digest(state):
+        raise CheckpointError(f"{path}: its weights do not match their recorded digest (corrupted)")
+    model.load_state_dict(state)
     return model.eval(), checkpoint
 
 
 def latest_epoch_checkpoint(fold_dir: Path) -> Path | None:
     found = sorted(fold_dir.glob("epoch_*.pt"))
     return found[-1] if found else None
+
+
+def remove_stale_temp_files(folder: Path) -> list[Path]:
+    """Remove temp files (common.files' `.name.tmp-PID`) whose process is gone: what a
+    run killed while writing leaves beside its outputs. Returns what was removed."""
+    removed = []
+    for path in folder.glob(".*.tmp-*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _process_alive(int(pid)) and path.is_file():
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,8 +430,12 @@ class Trainer:
             install_difficulty(self.model, self.data)
         self.train_model = self.model
         if self.dist.world > 1:
+            # buffers are not broadcast: the rotary table grows lazily to each rank's
+            # largest position, and the difficulty buckets are computed alike on every rank
             self.train_model = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+                self.model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                broadcast_buffers=False,
             )
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]
@@ -384,15 +492,22 @@ class Trainer:
         }
 
     def resume(self) -> bool:
+        """Continue after the latest epoch checkpoint. Each is written whole (temp file,
+        then rename), so after a kill the latest one is a complete epoch; the epoch that
+        was running is redone. Returns False when there is none."""
+        if self.dist.main:
+            remove_stale_temp_files(self.fold_dir)
         path = latest_epoch_checkpoint(self.fold_dir)
         if path is None:
             return False
-        checkpoint = torch.load(path, map_location=self.device, weights_only=False)
-        if checkpoint["model_config"] != self.model_config.to_dict():
-            raise ValueError(
-                f"{path} was trained with another model config; resume with the same flags "
-                f"or start in another --output-dir"
+        checkpoint = read_checkpoint(path, self.device)
+        differences = dict_differences(checkpoint["model_config"], self.model_config.to_dict())
+        if differences:
+            raise CheckpointError(
+                f"{path} was trained with another model config (key: checkpoint vs this run) "
+                f"{differences}; resume with the same flags or start in another --output-dir"
             )
+        self._note_train_config_changes(path, checkpoint.get("train_config", {}))
         self.model.load_state_dict(checkpoint["model_state"])
         self.optimizer.load_state_dict(checkpoint["optimizer_state"])
         self.scheduler.load_state_dict(checkpoint["scheduler_state"])
@@ -403,7 +518,35 @@ class Trainer:
         self.best_epoch = checkpoint["best_epoch"]
         self.history = checkpoint["history"]
         set_rng_state(checkpoint["rng_state"])
+        if self.dist.main:
+            self._restore_epoch_outputs()
         return True
+
+    def _note_train_config_changes(self, path: Path, recorded: dict) -> None:
+        """Print which settings that shape the trajectory differ from the checkpoint's
+        (a resumed run then differs from an uninterrupted one)."""
+        shaping = (
+            "batch_size", "micro_batch", "lr", "warmup", "schedule", "weight_decay",
+            "grad_clip", "seed", "amp", "teacher", "distill_alpha", "distill_temperature",
+        )  # fmt: skip
+        current = asdict(self.config)
+        changed = dict_differences(
+            {k: recorded.get(k) for k in shaping}, {k: current[k] for k in shaping}
+        )
+        if changed and self.dist.main:
+            print(f"note: resuming {path} with other settings (checkpoint vs now): {changed}")
+
+    def _restore_epoch_outputs(self) -> None:
+        """Redo what a kill right after the epoch checkpoint may have cut short: best.pt
+        (the best epoch's checkpoint holds the same payload), history.csv, config.json."""
+        best = self.fold_dir / f"epoch_{self.best_epoch:02d}.pt"
+        if self.best_epoch >= 1 and best.exists():
+            with atomic_file(self.fold_dir / "best.pt") as tmp:
+                shutil.copyfile(best, tmp)
+        history = self.fold_dir / "history.csv"
+        rows = len(history.read_text().splitlines()) - 1 if history.exists() else -1
+        if rows != len(self.history):
+            self._write_epoch(improved=False)
 
     # -- one epoch ---------------------------------------------------------------------
     def train_epoch(self) -> tuple[float, float, float]:

@@ -1,0 +1,180 @@
+"""Ablation on the demo data: SAINT, SAINT+, SAINT+ with question difficulty, SAINT+ with
+multi-head latent attention, a large teacher and a small student distilled from it,
+against the same student trained without a teacher.
+
+Every variant runs the real scripts on fold 0 of the quick start's demo (2,000 students):
+03_train.py, then 04_infer.py streaming the fold's validation rows through the API
+emulator. Reported per variant: streamed AUC, the demo's oracle AUC on the same rows,
+the per-question baseline on the same rows, parameters, training interactions/s (mean
+over epochs), streaming rows/s, and the per-student cache size.
+
+    python bench/bench_ablation.py            # prepares output/demo if needed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.metrics import roc_auc_score
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from common.baselines import BaselineConfig, baseline_scores  # noqa: E402
+from common.data import DATA_SUBDIR, TrainArrays  # noqa: E402
+from common.folds import Fold  # noqa: E402
+from common.training import load_fold_data  # noqa: E402
+
+SMALL = ["--d-model", "64", "--layers", "2", "--heads", "4"]
+TRAIN = ["--window", "100", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100"]
+VARIANTS = {
+    "SAINT": ["--model", "saint", *SMALL],
+    "SAINT+": ["--model", "saint+", *SMALL],
+    "SAINT+ difficulty": ["--model", "saint+", *SMALL, "--difficulty-buckets", "20"],
+    "SAINT+ MLA": ["--model", "saint+", *SMALL, "--attention", "mla", "--kv-latent-dim", "16"],
+    "teacher d256 4+4": ["--model", "saint+", "--d-model", "256", "--layers", "4", "--heads", "8"],
+    "student distilled": [
+        "--model",
+        "saint+",
+        *SMALL,
+        "--distill-alpha",
+        "0.5",
+        "--distill-temperature",
+        "2",
+    ],
+}
+
+
+def run(command: list[str]) -> None:
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, cwd=REPO, check=True)
+
+
+def prepare(demo: Path, users: int) -> None:
+    if (demo / "output" / "folds" / "fold0.npz").exists():
+        return
+    python = sys.executable
+    run([python, "00_make_demo_input.py", "--users", str(users), "--seed", "0",
+         "--output-dir", str(demo / "input")])  # fmt: skip
+    run([python, "01_preprocess.py", "--input-dir", str(demo / "input"),
+         "--output-dir", str(demo / "output"), "--no-progress"])  # fmt: skip
+    run([python, "02_make_folds.py", "--output-dir", str(demo / "output"), "--n-folds", "5",
+         "--seed", "0"])  # fmt: skip
+
+
+def variant_dir(work: Path, demo: Path, name: str) -> Path:
+    out = work / name.replace(" ", "_").replace("+", "plus")
+    out.mkdir(parents=True, exist_ok=True)
+    for link in ("data", "folds"):
+        if not (out / link).exists():
+            os.symlink((demo / "output" / link).resolve(), out / link)
+    return out
+
+
+def train_and_stream(out: Path, flags: list[str], epochs: int, force: bool) -> dict:
+    fold_dir = out / "fold0"
+    if force or not (fold_dir / "stream_summary.json").exists():
+        run([sys.executable, "03_train.py", "--output-dir", str(out), "--fold", "0",
+             "--epochs", str(epochs), "--no-progress", *TRAIN, *flags])  # fmt: skip
+        run([sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
+             "--no-progress", "--no-export"])  # fmt: skip
+    summary = json.loads((fold_dir / "stream_summary.json").read_text())
+    history = pd.read_csv(fold_dir / "history.csv")
+    checkpoint = torch.load(fold_dir / "best.pt", map_location="cpu", weights_only=False)
+    predictions = pd.read_parquet(fold_dir / "stream_predictions.parquet")
+    return {
+        "predictions": predictions,
+        "rows_per_s": summary["rows_per_s"],
+        "cache_bytes": summary["state_bytes_per_student"]["cache"],
+        "train_rate": float(history["interactions_per_s"].mean()),
+        "train_seconds": float(history["train_seconds"].sum()),
+        "best_epoch": int(checkpoint["best_epoch"]),
+        "parameters": sum(
+            v.numel()
+            for k, v in checkpoint["model_state"].items()
+            if not k.endswith("question_difficulty")
+        ),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--demo-dir", type=Path, default=REPO / "bench" / "out" / "demo2000")
+    parser.add_argument("--users", type=int, default=2000)
+    parser.add_argument("--work-dir", type=Path, default=REPO / "bench" / "out" / "ablation")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--teacher-epochs", type=int, default=5)
+    parser.add_argument("--force", action="store_true", help="retrain variants already done")
+    args = parser.parse_args()
+    prepare(args.demo_dir, args.users)
+    data_out = args.demo_dir / "output"
+    truth = pd.read_csv(args.demo_dir / "input" / "demo_truth.csv")
+    results = {}
+    for name, flags in VARIANTS.items():
+        out = variant_dir(args.work_dir, args.demo_dir, name)
+        epochs = args.teacher_epochs if name.startswith("teacher") else args.epochs
+        if name == "student distilled":
+            teacher = variant_dir(args.work_dir, args.demo_dir, "teacher d256 4+4")
+            flags = [*flags, "--teacher", str(teacher / "fold0" / "best.pt")]
+        results[name] = train_and_stream(out, flags, epochs, args.force)
+
+    # baselines and oracle on exactly the streamed rows
+    rows = results["SAINT+"]["predictions"]
+    labels = rows["answered_correctly"].to_numpy()
+    oracle = truth.set_index("row_id")["p_true"].reindex(rows["row_id"]).to_numpy()
+    oracle_auc = roc_auc_score(labels, oracle)
+    data = load_fold_data(data_out, 0)
+    arrays = TrainArrays.load(data_out / DATA_SUBDIR)
+    cut_row = arrays.offsets[:-1] + Fold.load(data_out, 0).user_cut
+    entries = np.searchsorted(data.sequences.row, rows["global_row"].to_numpy())
+    baselines = baseline_scores(
+        data.sequences, entries, cut_row, data.n_questions, BaselineConfig()
+    )
+    baseline_auc = roc_auc_score(labels, baselines["question rate"])
+
+    print()
+    print(f"command: {' '.join(sys.argv)}")
+    print(
+        f"fold 0 of the {args.users:,}-student demo, {len(rows):,} streamed question rows; "
+        f"oracle AUC {oracle_auc:.4f}, per-question baseline AUC {baseline_auc:.4f}"
+    )
+    print(
+        "| variant | params | AUC | gap to oracle | gain over baseline | train interactions/s | "
+        "stream rows/s | cache bytes/student | best epoch |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, r in results.items():
+        merged = r["predictions"].set_index("row_id")["prediction"].reindex(rows["row_id"])
+        auc = roc_auc_score(labels, merged.to_numpy())
+        r["auc"] = auc
+        print(
+            f"| {name} | {r['parameters']:,} | {auc:.4f} | {oracle_auc - auc:.4f} | "
+            f"{auc - baseline_auc:+.4f} | {r['train_rate']:,.0f} | {r['rows_per_s']:,.0f} | "
+            f"{r['cache_bytes']:,} | {r['best_epoch']} |"
+        )
+    teacher, student = results["teacher d256 4+4"], results["student distilled"]
+    plain = results["SAINT+"]
+    kept = (student["auc"] - baseline_auc) / (teacher["auc"] - baseline_auc)
+    kept_plain = (plain["auc"] - baseline_auc) / (teacher["auc"] - baseline_auc)
+    speed = student["rows_per_s"] / teacher["rows_per_s"]
+    print()
+    print(
+        f"distilled student keeps {kept:.1%} of the teacher's AUC gain over the per-question "
+        f"baseline (without a teacher: {kept_plain:.1%}) and streams {speed:.1f}x faster "
+        f"(targets: >= 90% and >= 3x)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""03_train.py: windows, checkpoints, early stopping, micro-batches, DistributedDataParallel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from common.predict import to_tensors
+from common.training import (
+    TrainConfig,
+    Trainer,
+    epoch_windows,
+    load_fold_data,
+    load_model,
+    window_inputs,
+)
+from tests.helpers import REPO, make_tiny_demo
+
+TINY = [
+    "--batch-size", "32", "--warmup", "10", "--d-model", "16", "--heads", "2",
+    "--layers", "1", "--window", "20", "--no-progress", "--seed", "0",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    return make_tiny_demo(tmp_path_factory.mktemp("train"), users=60)
+
+
+def fresh_run(demo: Path, tmp: Path) -> Path:
+    """An output dir sharing the demo's data and folds, with no training outputs yet."""
+    out = tmp / "run"
+    out.mkdir()
+    for name in ("data", "folds"):
+        os.symlink(demo / name, out / name)
+    return out
+
+
+def train(output_dir: Path, *flags: str, launcher: list[str] | None = None) -> str:
+    command = [*(launcher or [sys.executable]), "03_train.py", "--output-dir", str(output_dir)]
+    done = subprocess.run(
+        command + TINY + list(flags), cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_epoch_windows_cover_every_training_question_once():
+    lengths = np.array([0, 1, 5, 20, 21, 57, 200])
+    for seed in range(5):
+        student, start, length = epoch_windows(lengths, 20, np.random.default_rng(seed))
+        assert (length >= 1).all() and (length <= 20).all()
+        covered = [set() for _ in lengths]
+        for s, a, n in zip(student, start, length, strict=True):
+            positions = set(range(a, a + n))
+            assert not positions & covered[s]
+            covered[s] |= positions
+        assert [len(c) for c in covered] == lengths.tolist()
+        assert all(c == set(range(n)) for c, n in zip(covered, lengths, strict=True))
+
+
+@pytest.mark.slow
+def test_checkpoints_are_self_describing(demo, tmp_path):
+    out = fresh_run(demo, tmp_path)
+    printed = train(out, "--epochs", "2")
+    fold_dir = out / "fold0"
+    for name in ("epoch_01.pt", "epoch_02.pt", "best.pt", "history.csv", "config.json"):
+        assert (fold_dir / name).exists(), name
+    assert (fold_dir / "train_run.json").exists()
+    assert not [p for p in fold_dir.iterdir() if p.name.startswith(".")]
+    history = pd.read_csv(fold_dir / "history.csv")
+    assert list(history.columns) == [
+        "epoch", "train_loss", "valid_loss", "valid_auc", "interactions_per_s",
+        "train_seconds", "valid_seconds", "lr",
+    ]  # fmt: skip
+    assert history["epoch"].tolist() == [1, 2]
+    checkpoint = torch.load(fold_dir / "epoch_02.pt", weights_only=False)
+    for key in (
+        "model_config", "model_state", "optimizer_state", "scheduler_state", "scaler_state",
+        "epoch", "step", "best_auc", "fold", "rng_state", "train_config", "history",
+    ):  # fmt: skip
+        assert key in checkpoint, key
+    assert checkpoint["epoch"] == 2 and checkpoint["fold"] == 0
+    assert "best validation AUC" in printed
+    # inference rebuilds the model from the checkpoint alone
+    model, _ = load_model(fold_dir / "best.pt")
+    data = load_fold_data(out, 0)
+    one = (np.array([0]), np.array([0]), np.array([10]))
+    inputs = window_inputs(data.sequences, *one, model.config.n_questions)
+    with torch.no_grad():
+        assert torch.isfinite(model(to_tensors(inputs, torch.device("cpu")))).all()
+
+
+@pytest.mark.slow
+def test_early_stopping_after_patience(demo, tmp_path):
+    out = fresh_run(demo, tmp_path)
+    # lr 0: the validation AUC never improves after epoch 1
+    train(out, "--epochs", "6", "--lr", "0", "--patience", "1")
+    history = pd.read_csv(out / "fold0" / "history.csv")
+    assert history["epoch"].tolist() == [1, 2, 3]
+
+
+def test_micro_batches_give_the_whole_batch_gradient(demo):
+    data = load_fold_data(demo, 0)
+    student, start, length = epoch_windows(data.train_length, 20, np.random.default_rng(0))
+    inputs = window_inputs(data.sequences, student[:48], start[:48], length[:48], data.n_questions)
+    batch = to_tensors(inputs, torch.device("cpu"))
+    weights = []
+    for micro in (48, 7):
+        config = TrainConfig(
+            d_model=16,
+            heads=2,
+            layers=1,
+            window=20,
+            dropout=0.0,
+            micro_batch=micro,
+            batch_size=48,
+            progress=False,
+        )
+        trainer = Trainer(config, demo / "micro", data, torch.device("cpu"))
+        trainer.train_step(batch)
+        weights.append(trainer.model.state_dict())
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_distributed_training_with_two_processes(demo, tmp_path):
+    """torchrun with 2 CPU processes (gloo): trains, and one process writes one set of
+    checkpoints."""
+    out = fresh_run(demo, tmp_path)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    env_threads = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        printed = train(out, "--epochs", "2", launcher=launcher)
+    finally:
+        if env_threads is None:
+            os.environ.pop("OMP_NUM_THREADS")
+        else:
+            os.environ["OMP_NUM_THREADS"] = env_threads
+    fold_dir = out / "fold0"
+    written = sorted(p.name for p in fold_dir.glob("*.pt"))
+    assert written == ["best.pt", "epoch_01.pt", "epoch_02.pt"]
+    assert printed.count("epoch 2:") == 1  # only rank 0 reports
+    history = pd.read_csv(fold_dir / "history.csv")
+    assert history["epoch"].tolist() == [1, 2]
+    assert history["valid_auc"].notna().all()
+    checkpoint = torch.load(fold_dir / "best.pt", weights_only=False)
+    assert not any(k.startswith("module.") for k in checkpoint["model_state"])
