@@ -19,6 +19,14 @@ def main() -> int:
         action="store_true",
         help="number rows 0..N-1 in file order (for dumps whose row_id is blank)",
     )
+    parser.add_argument(
+        "--max-memory",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="refuse input whose estimated peak memory exceeds this (default: the memory "
+        "available now; 0: no check); the estimate is in data/preprocess_summary.json",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args()
     config = PreprocessConfig(
@@ -26,6 +34,7 @@ def main() -> int:
         output_dir=args.output_dir,
         assign_row_ids=args.assign_row_ids,
         progress=not args.no_progress,
+        max_memory=args.max_memory,
     )
     try:
         summary = preprocess(config)

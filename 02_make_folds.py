@@ -51,7 +51,7 @@ def main() -> int:
     )
     try:
         stats = make_folds(args.output_dir, config, args.input_dir)
-    except InputError as error:
+    except (InputError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"strategy {config.strategy}, {config.n_folds} folds, seed {config.seed}")

@@ -10,7 +10,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from common.training import TrainConfig, train
+from common.schema import InputError
+from common.training import CheckpointError, TrainConfig, train
 
 DEFAULTS = TrainConfig()
 
@@ -76,7 +77,11 @@ def parse_args() -> tuple[TrainConfig, Path]:
 
 def main() -> int:
     config, output_dir = parse_args()
-    history = train(config, output_dir)
+    try:
+        history = train(config, output_dir)
+    except (CheckpointError, InputError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if history:
         best = max(
             history, key=lambda r: r["valid_auc"] if r["valid_auc"] == r["valid_auc"] else -1

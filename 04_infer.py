@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 
 from common.inference import InferConfig, export_kaggle, run_competition, run_emulated
+from common.online import StateMemoryError
+from common.schema import InputError
+from common.training import CheckpointError
 
 DEFAULTS = InferConfig()
 
@@ -34,6 +37,14 @@ def parse_args() -> argparse.Namespace:
         type=int,
         default=DEFAULTS.cache_students,
         help="students whose model cache stays in memory (LRU beyond)",
+    )
+    p.add_argument(
+        "--max-state-memory",
+        type=float,
+        default=DEFAULTS.max_state_memory,
+        metavar="GB",
+        help="refuse, with a message, to let the online state (student rings + cache pool) "
+        "grow past this many GB (default: unbounded; the total is in stream_summary.json)",
     )
     p.add_argument(
         "--kaggle-dir",
@@ -63,9 +74,14 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    if args.competition or importlib.util.find_spec("riiideducation") is not None:
-        run_competition(args.model_dir, args.fold, args.device, args.cache_students)
-        return 0
+    try:
+        return infer(args)
+    except (CheckpointError, StateMemoryError, InputError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def infer(args: argparse.Namespace) -> int:
     config = InferConfig(
         fold=args.fold,
         device=args.device,
@@ -74,7 +90,13 @@ def main() -> int:
         cache_students=args.cache_students,
         checkpoint=args.checkpoint,
         progress=not args.no_progress,
+        max_state_memory=args.max_state_memory,
     )
+    if args.competition or importlib.util.find_spec("riiideducation") is not None:
+        run_competition(
+            args.model_dir, args.fold, args.device, args.cache_students, config.max_state_bytes
+        )
+        return 0
     summary = run_emulated(args.output_dir, config)
     fold_dir = args.output_dir / f"fold{args.fold}"
     print((fold_dir / "stream_metrics.md").read_text())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from common.baselines import BaselineConfig
 from common.evaluate import EvaluateConfig, evaluate
+from common.schema import InputError
 
 DEFAULTS = EvaluateConfig()
 BASELINE_DEFAULTS = BaselineConfig()
@@ -44,7 +45,11 @@ def main() -> int:
         progress=not args.no_progress,
         baselines=BaselineConfig(args.question_prior, args.student_prior),
     )
-    head = evaluate(args.output_dir, args.input_dir, config)
+    try:
+        head = evaluate(args.output_dir, args.input_dir, config)
+    except (InputError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     interval = ""
     if args.bootstrap > 0:
         interval = f" (95% CI {head['auc_ci_low']:.4f}-{head['auc_ci_high']:.4f})"

@@ -210,7 +210,7 @@ def step_inputs(
     limit = np.maximum(query["container_first"], session_start[:, None])
     question = query["question"].astype(np.int64)
     return {
-        "question": np.where(question < n_questions, question, n_questions),
+        "question": np.where((question >= 0) & (question < n_questions), question, n_questions),
         "part": query["part"].astype(np.int64),
         "position": query_pos.astype(np.int64),
         "valid": valid,

@@ -56,6 +56,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             os.replace(path, old)
         os.replace(tmp, path)
     finally:
+        if old.exists() and not path.exists():  # stopped between the two renames
+            os.replace(old, path)
         for leftover in (tmp, old):
             if leftover.exists():
                 shutil.rmtree(leftover)

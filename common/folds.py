@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from common.data import DATA_SUBDIR, TrainArrays, container_starts
-from common.files import atomic_dir
+from common.files import atomic_dir, write_run_record
 from common.schema import QUESTION, InputError
 
 FOLDS_SUBDIR = "folds"
@@ -250,6 +250,8 @@ def make_folds(
             stats.append(fold_statistics(arrays, fold))
         manifest = {"config": asdict(config), "n_students": arrays.n_students, "folds": stats}
         (tmp / "folds.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    # beside the folder, not in it: the artifact stays byte-identical for a given seed
+    write_run_record(output_dir, "folds", asdict(config))
     return stats
 
 

@@ -33,7 +33,7 @@ from common.features import build_sequences
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold
 from common.online import OnlineState, Snapshot, build_snapshot
-from common.training import load_fold_data, load_model, resolve_device
+from common.training import CheckpointError, load_fold_data, load_model, resolve_device
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
@@ -49,6 +49,13 @@ class InferConfig:
     cache_students: int = 4096
     checkpoint: str = "best.pt"
     progress: bool = True
+    # GB the online state (student rings + cache pool) may hold; None: unbounded. Past it
+    # the run stops with StateMemoryError rather than being killed by the OS.
+    max_state_memory: float | None = None
+
+    @property
+    def max_state_bytes(self) -> int | None:
+        return None if self.max_state_memory is None else int(self.max_state_memory * 1e9)
 
 
 def stream_loop(env, state: OnlineState, progress: bool = True) -> dict:
@@ -99,17 +106,43 @@ def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
+def check_checkpoint_fold(path: Path, checkpoint: dict, fold: int) -> None:
+    """A checkpoint trained on another fold has seen this fold's validation rows."""
+    trained_on = checkpoint.get("fold")
+    if trained_on is not None and trained_on != fold:
+        raise CheckpointError(
+            f"{path}: trained on fold {trained_on}, asked to stream fold {fold} (whose "
+            f"validation rows it trained on); pass the fold's own checkpoint"
+        )
+
+
+def fold_state(
+    output_dir: Path,
+    config: InferConfig,
+    model,
+    device: torch.device,
+    arrays: TrainArrays,
+    parts: np.ndarray,
+) -> OnlineState:
+    """The online state at the start of fold `config.fold`'s stream: every student's
+    training questions (the fold's sequences and snapshot are dropped on return)."""
+    data = load_fold_data(output_dir, config.fold)
+    snapshot = build_snapshot(data.sequences, arrays.users, data.train_length, model.config.window)
+    return OnlineState(
+        model, parts, device, snapshot, config.cache_students, config.max_state_bytes
+    )
+
+
 def run_emulated(output_dir: Path, config: InferConfig) -> dict:
     """Stream fold `config.fold`'s validation rows through the emulator."""
     fold_dir = output_dir / f"fold{config.fold}"
     device = resolve_device(config.device)
     model, checkpoint = load_model(fold_dir / config.checkpoint, device)
-    data = load_fold_data(output_dir, config.fold)
+    check_checkpoint_fold(fold_dir / config.checkpoint, checkpoint, config.fold)
     arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
     fold = Fold.load(output_dir, config.fold)
     parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
-    snapshot = build_snapshot(data.sequences, arrays.users, data.train_length, model.config.window)
-    state = OnlineState(model, parts, device, snapshot, config.cache_students)
+    state = fold_state(output_dir, config, model, device, arrays, parts)
     env = Emulator.from_fold(arrays, fold, EmulatorConfig(config.seed, config.max_group_students))
     timing = stream_loop(env, state, config.progress)
     results = env.results()
@@ -123,6 +156,7 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
         "auc": float(table.loc[0, "auc"]),
         **timing,
         "state_bytes_per_student": state.state_bytes_per_student(),
+        "state_bytes": state.state_bytes(),
         "cache_students": config.cache_students,
         "cache_builds": state.builds,
         "cache_rebuilds": state.rebuilds,
@@ -210,7 +244,13 @@ through the same online state as the local emulator, and the API writes submissi
 """
 
 
-def run_competition(model_dir: Path, fold: int, device_name: str, cache_students: int) -> dict:
+def run_competition(
+    model_dir: Path,
+    fold: int,
+    device_name: str,
+    cache_students: int,
+    max_state_bytes: int | None = None,
+) -> dict:
     """The same loop against the real `riiideducation` API (in a Kaggle notebook)."""
     import riiideducation  # only present in the competition's notebooks
 
@@ -218,7 +258,7 @@ def run_competition(model_dir: Path, fold: int, device_name: str, cache_students
     model, _ = load_model(model_dir / f"fold{fold}" / "best.pt", device)
     snapshot = Snapshot.load(model_dir / "state" / "snapshot.npz")
     parts = question_parts(pd.read_parquet(model_dir / "state" / "questions.parquet"))
-    state = OnlineState(model, parts, device, snapshot, cache_students)
+    state = OnlineState(model, parts, device, snapshot, cache_students, max_state_bytes)
     env = riiideducation.make_env()
     timing = stream_loop(env, state, progress=False)
     print(json.dumps(timing))

@@ -45,6 +45,11 @@ from common.predict import to_tensors
 from common.schema import QUESTION
 
 RING_EXTRA = 16  # ring slack beyond the window: room for the incoming container
+# Per student besides the rings: n_items, last_first, last_timestamp, session_start,
+# key_from, cache_index (int64) and built (bool); and the slot_of dict entry with its two
+# Python ints (measured with tracemalloc: ~116 B; 128 keeps the estimate conservative).
+STUDENT_ARRAYS_BYTES = 6 * 8 + 1
+SLOT_INDEX_BYTES = 128
 FIELD_DTYPES = {
     "question": np.int16,
     "part": np.int8,
@@ -56,6 +61,10 @@ FIELD_DTYPES = {
     "container_first": np.int64,
     "timestamp": np.int64,
 }
+
+
+class StateMemoryError(RuntimeError):
+    """The online state would outgrow its memory budget (OnlineState's max_bytes)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -131,7 +140,12 @@ class RingSource:
 
 
 class OnlineState:
-    """Students' rings and the model's cache pool; `predict(test_df)` per API group."""
+    """Students' rings and the model's cache pool; `predict(test_df)` per API group.
+
+    Memory: the cache pool is fixed (cache_students entries); the rings grow with the
+    students seen (snapshot students, then every new student), by a quarter at a time.
+    With `max_bytes` set, growth stops at the budget and a student who would not fit
+    raises StateMemoryError: predictions are never degraded silently."""
 
     def __init__(
         self,
@@ -140,6 +154,7 @@ class OnlineState:
         device: torch.device,
         snapshot: Snapshot | None = None,
         cache_students: int = 4096,
+        max_bytes: int | None = None,
     ):
         self.model = model.eval()
         self.config = model.config
@@ -157,10 +172,11 @@ class OnlineState:
         self.key_from = np.zeros(0, dtype=np.int64)
         self.cache_index = np.zeros(0, dtype=np.int64)  # -1: no cache
         self.built = np.zeros(0, dtype=bool)  # had a cache before (a build now is a rebuild)
-        self._grow(max(1024, len(snapshot.users) if snapshot else 0))
+        self.pool = CachePool(model, max(cache_students, 1), device)
+        self.max_bytes = max_bytes
+        self._grow(max(1, len(snapshot.users) if snapshot else 0))
         if snapshot is not None:
             self._load_snapshot(snapshot)
-        self.pool = CachePool(model, max(cache_students, 1), device)
         self.previous: np.ndarray | None = None  # (rows, 2) slot, position of last group
         self.rebuilds = 0
         self.builds = 0
@@ -169,7 +185,14 @@ class OnlineState:
     def _grow(self, needed: int) -> None:
         if needed <= self.capacity:
             return
-        capacity = max(needed, 2 * self.capacity)
+        # a quarter of headroom, not a doubling: after a snapshot of all 394k Riiid
+        # students, doubling would add 1.2 GB of rings for the first new student
+        capacity = max(needed, self.capacity + self.capacity // 4, 1024)
+        if self.max_bytes is not None:
+            fits = max((self.max_bytes - self.pool.planned_bytes()) // self.student_bytes(), 0)
+            if needed > fits:
+                raise StateMemoryError(self._over_budget(needed))
+            capacity = min(capacity, fits)
 
         def grown(array: np.ndarray, fill, width: int | None = None) -> np.ndarray:
             shape = (capacity,) if width is None else (capacity, width)
@@ -222,6 +245,36 @@ class OnlineState:
     def state_bytes_per_student(self) -> dict[str, float]:
         ring = sum(r.itemsize * self.ring for r in self.rings.values()) + 6 * 8
         return {"ring": ring, "cache": self.pool.bytes_per_student()}
+
+    def student_bytes(self) -> int:
+        """Bytes the state holds per student slot, besides the cache pool."""
+        ring = sum(np.dtype(d).itemsize for d in FIELD_DTYPES.values()) * self.ring
+        return ring + STUDENT_ARRAYS_BYTES + SLOT_INDEX_BYTES
+
+    def state_bytes(self) -> dict[str, int | None]:
+        """What the state holds now: rings and per-student arrays for `capacity` slots,
+        the cache pool, their total, and the budget (None: unbounded)."""
+        students = self.capacity * self.student_bytes()
+        pool = self.pool.planned_bytes()
+        return {
+            "students": len(self.slot_of),
+            "capacity": self.capacity,
+            "student_state": students,
+            "cache_pool": pool,
+            "total": students + pool,
+            "max_bytes": self.max_bytes,
+        }
+
+    def _over_budget(self, needed: int) -> str:
+        per, pool = self.student_bytes(), self.pool.planned_bytes()
+        total = needed * per + pool
+        return (
+            f"the online state needs {total / 1e9:.3g} GB for {needed:,} students "
+            f"({needed:,} x {per:,} B of rings and index, plus a cache pool of "
+            f"{self.pool.size:,} students x {self.pool.bytes_per_student():,} B = "
+            f"{pool / 1e9:.3g} GB), above its budget of {self.max_bytes / 1e9:.3g} GB "
+            f"(--max-state-memory); raise the budget or lower --cache-students"
+        )
 
     # -- the API -----------------------------------------------------------------------
     def apply_previous_group(self, correct: str | float, responses: str | float) -> None:
@@ -402,14 +455,22 @@ class CachePool:
         self.lru: OrderedDict[int, int] = OrderedDict()  # cache index -> slot
         self.free = list(range(size - 1, -1, -1))
         self.evictions = 0
+        self._row_bytes: int | None = None
 
     def _allocate(self) -> None:
         self.cache = self.model.empty_cache(self.size, self.model.config.window + RING_EXTRA)
 
     def bytes_per_student(self) -> int:
-        if self.cache is None:
-            self._allocate()
-        return sum(t[0].numel() * t.element_size() for t in self.cache.tensors())
+        """Cache bytes per student, measured on a one-row cache (nothing allocated for
+        the pool itself)."""
+        if self._row_bytes is None:
+            one = self.model.empty_cache(1, self.model.config.window + RING_EXTRA)
+            self._row_bytes = sum(t.numel() * t.element_size() for t in one.tensors())
+        return self._row_bytes
+
+    def planned_bytes(self) -> int:
+        """The whole pool's bytes, allocated or not."""
+        return self.size * self.bytes_per_student()
 
     def acquire(self, slots: np.ndarray, cache_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Make sure every slot has a cache entry; returns the updated slot -> index map

@@ -245,6 +245,9 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
+    """Write a checkpoint atomically, with a digest of its weights that load_model checks
+    (damage inside tensor data would otherwise load silently)."""
+    payload = payload | {"model_digest": state_digest(payload["model_state"])}
     with atomic_file(path) as tmp:
         torch.save(payload, tmp)
 

@@ -211,6 +211,8 @@ BAD_INPUT_CASES = [
     Case("content_type_id 2", set_field("content_type_id", "2"), ("train.csv", ROW, "column 'content_type_id'", "found 2", "0 or 1")),
     Case("label 5", set_field("answered_correctly", "5", question_row), ("train.csv", ROW, "column 'answered_correctly'", "found 5", "0 or 1")),
     Case("blank label", set_field("answered_correctly", "", question_row), ("train.csv", ROW, "column 'answered_correctly'", "found '<blank>'")),
+    Case("NaN label", set_field("answered_correctly", "NaN", question_row), ("train.csv", ROW, "column 'answered_correctly'", "found '<blank>'", "may not be blank")),
+    Case("int32 overflow", set_field("user_id", "3000000000"), ("train.csv", ROW, "column 'user_id'", "found '3000000000'", "int32 range")),
     Case("user_answer 7", set_field("user_answer", "7", question_row), ("train.csv", ROW, "column 'user_answer'", "found 7", "0..3")),
     Case("blank user_id", set_field("user_id", ""), ("train.csv", ROW, "column 'user_id'", "found '<blank>'")),
     Case("negative timestamp", set_field("timestamp", "-5"), ("train.csv", ROW, "column 'timestamp'", "found -5", ">= 0")),

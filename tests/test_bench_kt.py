@@ -1,0 +1,78 @@
+"""bench/bench_kt.py: the markers of BENCHMARKS.md, and one end-to-end run (00 -> 05 as
+subprocesses) on a tiny slice of the real ASSISTments 2009 files, restarted once."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, SHARED_DATA, shared_file
+
+BENCH = REPO / "bench" / "bench_kt.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_kt", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_write_section_replaces_only_between_the_markers(tmp_path):
+    bench = load_bench()
+    path = tmp_path / "BENCHMARKS.md"
+    bench.write_section(path, "first\n")
+    assert path.read_text() == f"# Benchmarks\n\n{bench.MARK_START}\nfirst\n{bench.MARK_END}\n"
+    path.write_text(f"# B\n\nmine\n\n{bench.MARK_START}\nold\n{bench.MARK_END}\n\ntheirs\n")
+    bench.write_section(path, "new\n")
+    assert (
+        path.read_text() == f"# B\n\nmine\n\n{bench.MARK_START}\nnew\n{bench.MARK_END}\n\ntheirs\n"
+    )
+    path.write_text("# B\n\nno markers yet\n")
+    bench.write_section(path, "added\n")
+    assert path.read_text().startswith("# B\n\nno markers yet\n\n" + bench.MARK_START)
+
+
+@pytest.mark.slow
+def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
+    shared_file("assist2009_pid_akt", "assist2009_pid_test1.csv")
+    benchmarks = tmp_path / "BENCHMARKS.md"
+    benchmarks.write_text("# Benchmarks\n\nsomeone else's section\n")
+    work = tmp_path / "work"
+    command = [
+        sys.executable,
+        str(BENCH),
+        *("--datasets", "assist2009_pid", "--models", "saint", "--slice", "40"),
+        *("--folds", "0", "--epochs", "1", "--d-model", "16", "--heads", "2"),
+        *("--layers", "1", "--window", "20", "--batch-size", "16", "--bootstrap", "0"),
+        *("--work-dir", work, "--benchmarks-file", benchmarks, "--source-root", SHARED_DATA),
+    ]
+    command = [str(c) for c in command]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+
+    results = list(work.glob("assist2009_pid-keep-akt5-slice40/saint-*/results/fold0.json"))
+    assert len(results) == 1, sorted(str(p) for p in work.rglob("*.json"))
+    result = json.loads(results[0].read_text())
+    assert 0.0 <= result["scores"]["model"]["auc"] <= 1.0
+    assert set(result["scores"]) == {"model", "question rate", "student + question"}
+    assert result["stream_rows"] == result["scores"]["model"]["rows"] > 0
+    assert len(result["commands"]) == 3
+
+    text = benchmarks.read_text()
+    assert "someone else's section" in text
+    section = text[
+        text.index("<!-- kt-benchmark:start -->") : text.index("<!-- kt-benchmark:end -->")
+    ]
+    assert "| assist2009_pid (akt5) | SAINT |" in section
+    assert "| assist2009_pid (akt5) | baseline: question rate |" in section
+    assert "Slice run" in section
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "skip:" in again.stdout and "train fold" not in again.stdout
