@@ -37,6 +37,7 @@ def parse_args() -> tuple[TrainConfig, Path]:
         help="comma list overriding the preset: elapsed,lag,explanation,answer",
     )
     p.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
+    p.add_argument("--d-ff", type=int, default=DEFAULTS.d_ff, help="0: 4 * d-model")
     p.add_argument("--layers", type=int, default=DEFAULTS.layers, help="per side")
     p.add_argument("--heads", type=int, default=DEFAULTS.heads)
     p.add_argument("--dropout", type=float, default=DEFAULTS.dropout)

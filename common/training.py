@@ -50,6 +50,7 @@ class TrainConfig:
     model: str = "saint+"  # a preset of decoder features: saint | saint+
     decoder_features: tuple[str, ...] | None = None  # overrides the preset when set
     d_model: int = 256
+    d_ff: int = 0  # feed-forward width; 0: 4 * d_model (the Transformer's ratio)
     layers: int = 2  # per side: encoder and decoder
     heads: int = 8
     dropout: float = 0.1
@@ -85,6 +86,7 @@ class TrainConfig:
         return ModelConfig(
             n_questions=n_questions,
             d_model=self.d_model,
+            d_ff=self.d_ff,
             n_heads=self.heads,
             encoder_layers=self.layers,
             decoder_layers=self.layers,
