@@ -50,6 +50,11 @@ def parse_args() -> tuple[TrainConfig, Path]:
         default=DEFAULTS.difficulty_buckets,
         help="> 0 adds the question-difficulty input with this many buckets",
     )
+    p.add_argument(
+        "--tags",
+        action="store_true",
+        help="add the mean embedding of each question's tags (skills) to the encoder input",
+    )
     p.add_argument("--teacher", default=None, help="checkpoint of a frozen teacher to distill")
     p.add_argument("--distill-alpha", type=float, default=DEFAULTS.distill_alpha)
     p.add_argument("--distill-temperature", type=float, default=DEFAULTS.distill_temperature)

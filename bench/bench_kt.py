@@ -5,6 +5,7 @@ BENCHMARKS.md beside the published AUCs of bench/published_kt_results.csv.
 
     python bench/bench_kt.py            # full run: 2 datasets x 5 folds x SAINT, SAINT+
     python bench/bench_kt.py --slice 60 --folds 0 --epochs 1 --d-model 16 --heads 2  # smoke
+    python bench/bench_kt.py --models saint-tags   # SAINT with 03_train.py --tags (skills)
 
 Per dataset: 00_convert_kt_dataset.py (--multi-skill-rows keep: the rows AKT trains and
 scores on), optionally a slice of --slice students, 01_preprocess.py, 02_make_folds.py
@@ -50,13 +51,21 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
-from common.files import write_json, write_text  # noqa: E402
+from common.files import write_json, write_marked_section  # noqa: E402
 from common.kt_datasets import MULTI_SKILL_MODES, PRESETS  # noqa: E402
 
-MODELS = ("saint", "saint+")
-MODEL_NAMES = {"saint": "SAINT", "saint+": "SAINT+"}
-MARK_START = "<!-- kt-benchmark:start -->"
-MARK_END = "<!-- kt-benchmark:end -->"
+# "-tags": the same model with --tags (the mean embedding of the question's skills)
+MODELS = ("saint", "saint+", "saint-tags", "saint+-tags")
+DEFAULT_MODELS = ("saint", "saint+")
+MODEL_NAMES = {
+    "saint": "SAINT",
+    "saint+": "SAINT+",
+    "saint-tags": "SAINT + skill tags",
+    "saint+-tags": "SAINT+ + skill tags",
+}
+MARKER = "kt-benchmark"
+MARK_START = f"<!-- {MARKER}:start -->"
+MARK_END = f"<!-- {MARKER}:end -->"
 BASELINES = ("question rate", "student + question")  # scorers of 05_evaluate.py
 SLICE_SEED = 0
 
@@ -307,7 +316,8 @@ def fold_commands(ctx: Context, model: str, model_dir: Path, input_dir: Path, k:
         "--fold",
         k,
         "--model",
-        model,
+        model.removesuffix("-tags"),
+        *(["--tags"] if model.endswith("-tags") else []),
         *s.train_flags(),
         "--resume",  # an interrupted fold continues from its last epoch
         "--no-progress",
@@ -489,7 +499,11 @@ def short_source(source: str) -> str:
     """The address or arXiv id of a source, for the table."""
     found = re.search(r"https?://\S+|arXiv:[0-9.]+", source)
     short = found.group(0) if found else source
-    return short + (" (third-party reimplementation)" if "third-party" in source else "")
+    if "third-party" in source:
+        short += " (third-party reimplementation)"
+    if "secondary copy" in source:
+        short += " (read in a secondary copy)"
+    return short
 
 
 def published_section(published: list[dict], datasets: list[str]) -> str:
@@ -614,18 +628,8 @@ def render_section(ctx: Context, plans: list[DatasetPlan]) -> str:
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace the text between the markers (adding them at the end if missing); the rest
-    of the file is left as it is."""
-    block = f"{MARK_START}\n{section}{MARK_END}"
-    if not path.exists():
-        write_text(path, f"# Benchmarks\n\n{block}\n")
-        return
-    text = path.read_text()
-    start, end = text.find(MARK_START), text.find(MARK_END)
-    if start < 0 or end < start:
-        write_text(path, text.rstrip("\n") + f"\n\n{block}\n")
-        return
-    write_text(path, text[:start] + block + text[end + len(MARK_END) :])
+    """Replace this benchmark's section of BENCHMARKS.md (between its markers)."""
+    write_marked_section(path, MARKER, section)
 
 
 # ---------------------------------------------------------------------------------------
@@ -638,7 +642,7 @@ def parse_args(argv: list[str] | None = None):
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--datasets", nargs="+", choices=sorted(PLANS), default=sorted(PLANS))
-    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    p.add_argument("--models", nargs="+", choices=MODELS, default=list(DEFAULT_MODELS))
     p.add_argument(
         "--folds",
         type=lambda t: [int(k) for k in t.split(",")],

@@ -37,6 +37,8 @@ CONFIGS = {
     "d256": dict(d_model=256, layers=2, heads=8, window=100, batch_size=512),
     # the same with pyKT SAINT's feed-forward width (d_ff = d_model): like-for-like FLOPs
     "d256-ff256": dict(d_model=256, d_ff=256, layers=2, heads=8, window=100, batch_size=512),
+    # and at batch 64, pyKT's fastest batch size on this machine
+    "d256-ff256-b64": dict(d_model=256, d_ff=256, layers=2, heads=8, window=100, batch_size=64),
     # the quick start's demo config (run_demo.sh)
     "demo": dict(d_model=64, layers=2, heads=4, window=100, batch_size=64),
 }

@@ -1,6 +1,6 @@
 """SAINT and SAINT+ (Choi et al. 2020, arXiv 2002.07033; Shin et al. 2021, arXiv 2010.12042).
 
-Encoder: question + part (+ difficulty) embeddings, causal self-attention.
+Encoder: question + part (+ difficulty, + mean tag) embeddings, causal self-attention.
 Decoder: a start token, then each previous question's outcome (response; SAINT+ adds
 elapsed time, and lag time of the current question), causal self-attention, attention
 over the encoder output, feed-forward, and a linear layer to one logit per position.
@@ -52,6 +52,8 @@ class ModelConfig:
     kv_latent_dim: int = 64  # mla: width of the shared key/value latent
     q_latent_dim: int = 0  # mla: width of the query latent; 0 leaves queries full
     difficulty_buckets: int = 0  # > 0 adds an embedding of the question's correct rate
+    n_tags: int = 0  # > 0 adds the mean embedding of the question's tags (common.tags)
+    max_tags: int = 1  # most tags of one question (width of the question_tags buffer)
     rope_base: float = 10000.0
     # share of each head's channels that rotary embeddings rotate (GPT-J / GPT-NeoX use a
     # quarter): position needs few frequencies at these sequence lengths, and the
@@ -476,6 +478,13 @@ class SAINT(nn.Module):
             self.register_buffer(
                 "question_difficulty", torch.zeros(config.n_questions + 1, dtype=torch.long)
             )
+        if config.n_tags:
+            self.tag_embed = nn.Embedding(config.n_tags + 1, d, padding_idx=config.n_tags)
+            # tag ids per question id, padded with n_tags (common.tags)
+            self.register_buffer(
+                "question_tags",
+                torch.full((config.n_questions + 1, config.max_tags), config.n_tags),
+            )
         self.response_embed = nn.Embedding(N_RESPONSE, d)
         sizes = {
             "elapsed": N_ELAPSED,
@@ -502,6 +511,9 @@ class SAINT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=0.02)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -510,6 +522,10 @@ class SAINT(nn.Module):
         x = self.question_embed(batch["question"]) + self.part_embed(batch["part"])
         if self.config.difficulty_buckets:
             x = x + self.difficulty_embed(self.question_difficulty[batch["question"]])
+        if self.config.n_tags:
+            tags = self.question_tags[batch["question"]]  # (B, T, max_tags)
+            count = (tags != self.config.n_tags).sum(-1, keepdim=True).clamp(min=1)
+            x = x + self.tag_embed(tags).sum(-2) / count
         return self.embed_dropout(x)  # (B, T, D)
 
     def _key_stream(self, batch: dict[str, Tensor]) -> Tensor:

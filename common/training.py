@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -58,6 +59,7 @@ class TrainConfig:
     attention: str = "mha"
     kv_latent_dim: int = 64
     difficulty_buckets: int = 0
+    tags: bool = False  # the mean embedding of each question's tags in the encoder
     seed: int = 0
     device: str = "auto"
     amp: str = "auto"  # auto: bf16 (or fp16) autocast on CUDA, off on CPU
@@ -77,7 +79,9 @@ class TrainConfig:
             raise ValueError(f"unknown TrainConfig keys {sorted(unknown)}")
         return cls(**values)
 
-    def model_config(self, n_questions: int) -> ModelConfig:
+    def model_config(self, n_questions: int, tag_shape: tuple[int, int] = (0, 1)) -> ModelConfig:
+        """tag_shape: (n_tags, max_tags) of the questions (common.tags.tag_shape); used
+        when `tags` is on."""
         if self.model not in MODEL_PRESETS:
             raise ValueError(f"--model must be one of {sorted(MODEL_PRESETS)}, got {self.model!r}")
         features = self.decoder_features
@@ -96,6 +100,8 @@ class TrainConfig:
             attention=self.attention,
             kv_latent_dim=self.kv_latent_dim,
             difficulty_buckets=self.difficulty_buckets,
+            n_tags=tag_shape[0] if self.tags else 0,
+            max_tags=tag_shape[1] if self.tags else 1,
         )
 
 
@@ -111,6 +117,7 @@ class FoldData:
     train_length: np.ndarray  # (n_students,) questions before the cut
     valid_students: np.ndarray  # students with validation questions
     n_questions: int
+    questions: pd.DataFrame | None = None  # questions.parquet (tags for --tags)
 
     @property
     def valid_history(self) -> np.ndarray:
@@ -146,6 +153,7 @@ def load_fold_data(output_dir: str | Path, fold_index: int) -> FoldData:
         train_length=train_length.astype(np.int64),
         valid_students=np.flatnonzero(has_valid),
         n_questions=int(questions["question_id"].max()) + 1,
+        questions=questions,
     )
 
 
@@ -419,7 +427,12 @@ class Trainer:
         torch.manual_seed(self.config.seed)
         np.random.seed(self.config.seed)
         random.seed(self.config.seed)
-        self.model_config = self.config.model_config(self.data.n_questions)
+        shape = (0, 1)
+        if self.config.tags:
+            from common.tags import tag_shape
+
+            shape = tag_shape(self.data.questions)
+        self.model_config = self.config.model_config(self.data.n_questions, shape)
         self.model = SAINT(self.model_config).to(self.device)
         self.teacher = None
         if self.config.teacher:
@@ -433,6 +446,10 @@ class Trainer:
             from common.difficulty import install_difficulty
 
             install_difficulty(self.model, self.data)
+        if self.config.tags:
+            from common.tags import install_tags
+
+            install_tags(self.model, self.data.questions)
         self.train_model = self.model
         if self.dist.world > 1:
             # buffers are not broadcast: the rotary table grows lazily to each rank's

@@ -25,6 +25,7 @@ from common.model import SAINT, ModelConfig
 from common.online import OnlineState, build_snapshot
 from common.predict import predict_tails
 from common.schema import TEST_COLUMNS
+from common.tags import install_tags, tag_shape
 from common.training import load_fold_data, save_checkpoint
 from tests.helpers import REPO, make_tiny_demo, preprocess_real_rows, shared_file
 
@@ -187,10 +188,19 @@ def stream_predictions(
     return env, state
 
 
-@pytest.mark.parametrize("attention", ["mha", "mla"])
-def test_streaming_equals_teacher_forced_batches(demo_dir, attention):
+@pytest.mark.parametrize(("attention", "tags"), [("mha", False), ("mla", False), ("mha", True)])
+def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags):
     data = load_fold_data(demo_dir, 0)
-    model = random_model(data.n_questions, attention=attention, kv_latent_dim=16)
+    n_tags, max_tags = tag_shape(data.questions) if tags else (0, 1)
+    model = random_model(
+        data.n_questions,
+        attention=attention,
+        kv_latent_dim=16,
+        n_tags=n_tags,
+        max_tags=max_tags,
+    )
+    if tags:
+        install_tags(model, data.questions)
     env, state = stream_predictions(demo_dir, model)
     results = env.results()
     batch = predict_tails(
