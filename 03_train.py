@@ -34,7 +34,8 @@ def parse_args() -> tuple[TrainConfig, Path]:
     p.add_argument(
         "--decoder-features",
         default=None,
-        help="comma list overriding the preset: elapsed,lag,explanation,answer",
+        help="comma list overriding the preset: elapsed,lag,explanation,answer,question "
+        "(question: the answered question, embedded per (question, response) pair)",
     )
     p.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
     p.add_argument("--d-ff", type=int, default=DEFAULTS.d_ff, help="0: 4 * d-model")

@@ -5,7 +5,7 @@ BENCHMARKS.md beside the published AUCs of bench/published_kt_results.csv.
 
     python bench/bench_kt.py            # full run: 2 datasets x 5 folds x SAINT, SAINT+
     python bench/bench_kt.py --slice 60 --folds 0 --epochs 1 --d-model 16 --heads 2  # smoke
-    python bench/bench_kt.py --models saint-tags   # SAINT with 03_train.py --tags (skills)
+    python bench/bench_kt.py --models saint-tags saint-interaction   # extensions (MODEL_FLAGS)
 
 Per dataset: 00_convert_kt_dataset.py (--multi-skill-rows keep: the rows AKT trains and
 scores on), optionally a slice of --slice students, 01_preprocess.py, 02_make_folds.py
@@ -54,14 +54,25 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere
 from common.files import write_json, write_marked_section  # noqa: E402
 from common.kt_datasets import MULTI_SKILL_MODES, PRESETS  # noqa: E402
 
-# "-tags": the same model with --tags (the mean embedding of the question's skills)
-MODELS = ("saint", "saint+", "saint-tags", "saint+-tags")
+# 03_train.py flags of each model name: the papers' SAINT and SAINT+, and extensions:
+# "-tags" adds the mean embedding of the question's skills to the encoder (--tags);
+# "-interaction" also embeds each answered question per (question, response) pair, and its
+# skills per (skill, response) pair, in the decoder (--decoder-features ... question)
+MODEL_FLAGS = {
+    "saint": ("--model", "saint"),
+    "saint+": ("--model", "saint+"),
+    "saint-tags": ("--model", "saint", "--tags"),
+    "saint+-tags": ("--model", "saint+", "--tags"),
+    "saint-interaction": ("--model", "saint", "--tags", "--decoder-features", "question"),
+}
+MODELS = tuple(MODEL_FLAGS)
 DEFAULT_MODELS = ("saint", "saint+")
 MODEL_NAMES = {
     "saint": "SAINT",
     "saint+": "SAINT+",
     "saint-tags": "SAINT + skill tags",
     "saint+-tags": "SAINT+ + skill tags",
+    "saint-interaction": "SAINT + skill tags + interaction decoder",
 }
 MARKER = "kt-benchmark"
 MARK_START = f"<!-- {MARKER}:start -->"
@@ -315,9 +326,7 @@ def fold_commands(ctx: Context, model: str, model_dir: Path, input_dir: Path, k:
         model_dir,
         "--fold",
         k,
-        "--model",
-        model.removesuffix("-tags"),
-        *(["--tags"] if model.endswith("-tags") else []),
+        *MODEL_FLAGS[model],
         *s.train_flags(),
         "--resume",  # an interrupted fold continues from its last epoch
         "--no-progress",

@@ -222,6 +222,16 @@ def step_inputs(
         "key_elapsed": np.where(at_start, 0, previous["elapsed"]).astype(np.int64),
         "key_explanation": np.where(at_start, 0, previous["explanation"]).astype(np.int64),
         "key_answer": np.where(at_start, ANSWER_PAD, previous["answer"]).astype(np.int64),
+        # the answered question (known with its outcome); n_questions + 1 at the start token
+        "key_question": np.where(
+            at_start,
+            n_questions + 1,
+            np.where(
+                (previous["question"] >= 0) & (previous["question"] < n_questions),
+                previous["question"],
+                n_questions,
+            ),
+        ).astype(np.int64),
         "key_lag": key["lag"].astype(np.int64),
         "label": query["response"].astype(np.float32),
     }

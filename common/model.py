@@ -30,10 +30,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.features import N_ANSWER, N_ELAPSED, N_EXPLANATION, N_LAG, N_RESPONSE
+from common.features import (
+    N_ANSWER,
+    N_ELAPSED,
+    N_EXPLANATION,
+    N_LAG,
+    N_RESPONSE,
+    RESPONSE_START,
+)
 from common.schema import N_PARTS
 
-DECODER_FEATURES = ("elapsed", "lag", "explanation", "answer")
+# "question": the answered question itself, an embedding per (question, response) pair
+# (with --tags also per (tag, response) pair), as SAKT and AKT embed interactions; the
+# papers' SAINT decoder sees only the response
+DECODER_FEATURES = ("elapsed", "lag", "explanation", "answer", "question")
 MODEL_PRESETS = {"saint": (), "saint+": ("elapsed", "lag")}
 
 
@@ -492,9 +502,17 @@ class SAINT(nn.Module):
             "explanation": N_EXPLANATION,
             "answer": N_ANSWER,
         }
+        tables = {name: sizes[name] for name in config.decoder_features if name in sizes}
         self.feature_embed = nn.ModuleDict(
-            {name: nn.Embedding(sizes[name], d) for name in config.decoder_features}
+            {name: nn.Embedding(size, d) for name, size in tables.items()}
         )
+        if "question" in config.decoder_features:
+            # rows q + (n_questions + 1) * response for response 0/1; the last row: start
+            self.interaction_embed = nn.Embedding(2 * (config.n_questions + 1) + 1, d)
+            if config.n_tags:
+                # rows tag + n_tags * response; the last row pads
+                pad = 2 * config.n_tags
+                self.tag_interaction_embed = nn.Embedding(pad + 1, d, padding_idx=pad)
         self.embed_dropout = Dropout(config.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
         self.encoder_norm = nn.LayerNorm(d)
@@ -532,7 +550,26 @@ class SAINT(nn.Module):
         x = self.response_embed(batch["key_response"])
         for name, embed in self.feature_embed.items():
             x = x + embed(batch[f"key_{name}"])
+        if "question" in self.config.decoder_features:
+            x = x + self._interaction(batch["key_question"], batch["key_response"])
         return self.embed_dropout(x)  # (B, S, D)
+
+    def _interaction(self, question: Tensor, response: Tensor) -> Tensor:
+        """(B, S, D): the (question, response) embedding of each key (question ids above
+        n_questions mark the start token), plus the mean (tag, response) embedding."""
+        n = self.config.n_questions
+        answered = response.clamp(max=1)
+        start = response == RESPONSE_START
+        index = question.clamp(max=n) + (n + 1) * answered
+        x = self.interaction_embed(index.masked_fill(start, 2 * (n + 1)))
+        if self.config.n_tags:
+            n_tags = self.config.n_tags
+            tags = self.question_tags[question.clamp(max=n)]  # (B, S, max_tags)
+            present = (tags != n_tags) & ~start[..., None]
+            index = (tags + n_tags * answered[..., None]).masked_fill(~present, 2 * n_tags)
+            count = present.sum(-1, keepdim=True).clamp(min=1)
+            x = x + self.tag_interaction_embed(index).sum(-2) / count
+        return x
 
     def empty_cache(self, rows: int, size: int | None = None) -> ModelCache:
         """A ring cache for `rows` students; size defaults to twice the window (room for

@@ -12,7 +12,7 @@ from common.model import SAINT, ModelConfig, attention_mask
 from common.predict import plan_student, to_tensors
 from tests.helpers import preprocess_real_rows
 
-ALL_FEATURES = ("elapsed", "lag", "explanation", "answer")
+ALL_FEATURES = ("elapsed", "lag", "explanation", "answer", "question")
 
 
 def small_model(n_questions: int, **overrides) -> SAINT:

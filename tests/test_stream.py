@@ -165,7 +165,7 @@ def random_model(n_questions: int, **overrides) -> SAINT:
         n_heads=4,
         window=24,
         dropout=0.0,
-        decoder_features=("elapsed", "lag", "explanation", "answer"),
+        decoder_features=("elapsed", "lag", "explanation", "answer", "question"),
     )
     config.update(overrides)
     return SAINT(ModelConfig(**config)).eval()
