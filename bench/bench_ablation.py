@@ -9,6 +9,7 @@ the per-question baseline on the same rows, parameters, training interactions/s 
 over epochs), streaming rows/s, and the per-student cache size.
 
     python bench/bench_ablation.py            # prepares output/demo if needed
+    python bench/bench_ablation.py --restream # trained variants: stream them again only
 """
 
 from __future__ import annotations
@@ -93,13 +94,16 @@ def variant_dir(work: Path, demo: Path, name: str) -> Path:
     return out
 
 
-def train_and_stream(out: Path, flags: list[str], epochs: int, force: bool) -> dict:
+def train_and_stream(out: Path, flags: list[str], epochs: int, force: bool, restream: bool) -> dict:
     fold_dir = out / "fold0"
+    stream = [sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
+              "--no-progress", "--no-export"]  # fmt: skip
     if force or not (fold_dir / "stream_summary.json").exists():
         run([sys.executable, "03_train.py", "--output-dir", str(out), "--fold", "0",
              "--epochs", str(epochs), "--no-progress", *TRAIN, *flags])  # fmt: skip
-        run([sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
-             "--no-progress", "--no-export"])  # fmt: skip
+        run(stream)
+    elif restream:  # the trained checkpoint streamed again (e.g. on a quiet machine)
+        run(stream)
     summary = json.loads((fold_dir / "stream_summary.json").read_text())
     history = pd.read_csv(fold_dir / "history.csv")
     checkpoint = torch.load(fold_dir / "best.pt", map_location="cpu", weights_only=False)
@@ -129,6 +133,11 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--teacher-epochs", type=int, default=5)
     parser.add_argument("--force", action="store_true", help="retrain variants already done")
+    parser.add_argument(
+        "--restream",
+        action="store_true",
+        help="stream every trained variant again (04_infer.py only), e.g. on a quiet machine",
+    )
     parser.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
     args = parser.parse_args()
     prepare(args.demo_dir, args.users)
@@ -141,7 +150,7 @@ def main() -> int:
         if name == "student distilled":
             teacher = variant_dir(args.work_dir, args.demo_dir, "teacher d256 4+4")
             flags = [*flags, "--teacher", str(teacher / "fold0" / "best.pt")]
-        results[name] = train_and_stream(out, flags, epochs, args.force)
+        results[name] = train_and_stream(out, flags, epochs, args.force, args.restream)
 
     # baselines and oracle on exactly the streamed rows
     rows = results["SAINT+"]["predictions"]
@@ -160,7 +169,8 @@ def main() -> int:
     lines = [
         f"Command: `python {' '.join(sys.argv)}` on {machine()}; every variant trains "
         f"{args.epochs} epochs ({args.teacher_epochs} for the teacher) with "
-        f"`{' '.join(TRAIN)}`, the checkpoint with the best validation AUC is streamed.",
+        f"`{' '.join(TRAIN)}`, the checkpoint with the best validation AUC is streamed "
+        f"(torch threads: {torch.get_num_threads()}).",
         "",
         f"Fold 0 of the {args.users:,}-student demo, {len(rows):,} streamed question rows; "
         f"oracle AUC (the demo's true probabilities) {oracle_auc:.4f}; per-question "
