@@ -564,6 +564,11 @@ def protocol_notes(ctx: Context, plans: list[DatasetPlan]) -> str:
         "- These datasets have no times: 00 fills a constant 60 s step and empty elapsed times, "
         "so SAINT+'s extra decoder inputs (elapsed, lag) carry no signal and SAINT+ should "
         "match SAINT up to noise.",
+        "- Rows beyond the papers' SAINT: `SAINT + skill tags` adds the mean embedding of "
+        "the question's skills (00 writes them as tags) to the encoder input (03_train.py "
+        "`--tags`); `... + interaction decoder` also embeds each answered question per "
+        "(question, response) and (skill, response) pair in the decoder (`--decoder-features "
+        "question`). assist2015's questions are its skills, so tags add nothing there.",
         "- Baselines are 05_evaluate.py's: each question's correct rate on the fold's training "
         "rows, and that combined with the student's running correct rate.",
     ]
