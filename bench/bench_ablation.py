@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from common.baselines import BaselineConfig, baseline_scores  # noqa: E402
 from common.data import DATA_SUBDIR, TrainArrays  # noqa: E402
-from common.files import write_marked_section  # noqa: E402
+from common.files import cpu_model, write_marked_section  # noqa: E402
 from common.folds import Fold  # noqa: E402
 from common.training import load_fold_data  # noqa: E402
 
@@ -57,14 +56,7 @@ VARIANTS = {
 
 
 def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    cpu = cpu_model()
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, device cpu"
 
 

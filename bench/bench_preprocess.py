@@ -35,7 +35,7 @@ import pyarrow.csv as pacsv
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
-from common.files import write_text  # noqa: E402
+from common.files import cpu_model, write_text  # noqa: E402
 from common.preprocess import PreprocessConfig  # noqa: E402
 
 REAL_ROWS = 101_230_332  # rows of the competition's train.csv
@@ -85,16 +85,6 @@ class Run:
 
 # ---------------------------------------------------------------------------------------
 # machine
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def memory_total_gb() -> float:

@@ -11,7 +11,6 @@ fp32 matmul peak, and the share of that peak the training step reaches.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -23,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.files import cpu_model
 from common.predict import to_tensors
 from common.training import (
     TrainConfig,
@@ -118,14 +118,7 @@ def main() -> int:
     peak = matmul_peak(args.threads)
     torch.manual_seed(0)
     data = load_fold_data(args.data_dir, 0)
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    cpu = cpu_model()
     print(f"machine: {cpu}; torch {torch.__version__}, {args.threads} threads")
     print(f"measured fp32 matmul peak (2048x2048 sgemm): {peak / 1e9:.0f} GFLOP/s")
     print(f"command: {' '.join(sys.argv)}")

@@ -90,6 +90,17 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), for benchmark headers."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def environment() -> dict[str, str]:
     """Versions of what shapes numerical results, recorded beside every run's outputs."""
     import numpy
