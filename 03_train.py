@@ -56,6 +56,13 @@ def parse_args() -> tuple[TrainConfig, Path]:
         action="store_true",
         help="add the mean embedding of each question's tags (skills) to the encoder input",
     )
+    p.add_argument(
+        "--question-embedding",
+        choices=("id", "rasch"),
+        default=DEFAULTS.question_embedding,
+        help="id: a vector per question; rasch (with --tags): the tags' embedding plus a "
+        "scalar difficulty per question times the tags' variation vector (AKT-Rasch)",
+    )
     p.add_argument("--teacher", default=None, help="checkpoint of a frozen teacher to distill")
     p.add_argument("--distill-alpha", type=float, default=DEFAULTS.distill_alpha)
     p.add_argument("--distill-temperature", type=float, default=DEFAULTS.distill_temperature)

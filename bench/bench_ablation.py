@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,13 +87,24 @@ def variant_dir(work: Path, demo: Path, name: str) -> Path:
     return out
 
 
-def train_and_stream(out: Path, flags: list[str], epochs: int, force: bool, restream: bool) -> dict:
+def trained_epochs(fold_dir: Path) -> int:
+    history = fold_dir / "history.csv"
+    return len(pd.read_csv(history)) if history.exists() else 0
+
+
+def train_and_stream(out: Path, flags: list[str], epochs: int, fresh: bool, restream: bool) -> dict:
+    """Train (from scratch when `fresh`; otherwise a variant trained for fewer epochs than
+    asked continues from its last checkpoint, which with the Noam schedule is the same
+    as training the longer run at once) and stream; a finished variant is only read."""
     fold_dir = out / "fold0"
     stream = [sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
               "--no-progress", "--no-export"]  # fmt: skip
-    if force or not (fold_dir / "stream_summary.json").exists():
+    if fresh and fold_dir.exists():
+        shutil.rmtree(fold_dir)
+    summary = fold_dir / "stream_summary.json"
+    if not summary.exists() or trained_epochs(fold_dir) < epochs:
         run([sys.executable, "03_train.py", "--output-dir", str(out), "--fold", "0",
-             "--epochs", str(epochs), "--no-progress", *TRAIN, *flags])  # fmt: skip
+             "--epochs", str(epochs), "--no-progress", "--resume", *TRAIN, *flags])  # fmt: skip
         run(stream)
     elif restream:  # the trained checkpoint streamed again (e.g. on a quiet machine)
         run(stream)
@@ -124,7 +136,16 @@ def main() -> int:
     parser.add_argument("--work-dir", type=Path, default=REPO / "bench" / "out" / "ablation")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--teacher-epochs", type=int, default=5)
-    parser.add_argument("--force", action="store_true", help="retrain variants already done")
+    parser.add_argument("--force", action="store_true", help="retrain every variant afresh")
+    parser.add_argument(
+        "--retrain",
+        nargs="+",
+        default=[],
+        choices=list(VARIANTS),
+        metavar="VARIANT",
+        help="retrain these variants afresh (e.g. 'student distilled' after the teacher "
+        f"changed); one of {', '.join(VARIANTS)}",
+    )
     parser.add_argument(
         "--restream",
         action="store_true",
@@ -142,7 +163,8 @@ def main() -> int:
         if name == "student distilled":
             teacher = variant_dir(args.work_dir, args.demo_dir, "teacher d256 4+4")
             flags = [*flags, "--teacher", str(teacher / "fold0" / "best.pt")]
-        results[name] = train_and_stream(out, flags, epochs, args.force, args.restream)
+        fresh = args.force or name in args.retrain
+        results[name] = train_and_stream(out, flags, epochs, fresh, args.restream)
 
     # baselines and oracle on exactly the streamed rows
     rows = results["SAINT+"]["predictions"]

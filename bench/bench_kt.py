@@ -6,6 +6,7 @@ BENCHMARKS.md beside the published AUCs of bench/published_kt_results.csv.
     python bench/bench_kt.py            # full run: 2 datasets x 5 folds x SAINT, SAINT+
     python bench/bench_kt.py --slice 60 --folds 0 --epochs 1 --d-model 16 --heads 2  # smoke
     python bench/bench_kt.py --models saint-tags saint-interaction   # extensions (MODEL_FLAGS)
+    python bench/bench_kt.py --table-only   # rewrite the table from finished folds only
 
 Per dataset: 00_convert_kt_dataset.py (--multi-skill-rows keep: the rows AKT trains and
 scores on), optionally a slice of --slice students, 01_preprocess.py, 02_make_folds.py
@@ -57,13 +58,16 @@ from common.kt_datasets import MULTI_SKILL_MODES, PRESETS  # noqa: E402
 # 03_train.py flags of each model name: the papers' SAINT and SAINT+, and extensions:
 # "-tags" adds the mean embedding of the question's skills to the encoder (--tags);
 # "-interaction" also embeds each answered question per (question, response) pair, and its
-# skills per (skill, response) pair, in the decoder (--decoder-features ... question)
+# skills per (skill, response) pair, in the decoder (--decoder-features ... question);
+# "-rasch-encoder" has AKT's Rasch form of the question: no vector per question, only a
+# scalar difficulty that scales a variation of the skills' mean embedding
 MODEL_FLAGS = {
     "saint": ("--model", "saint"),
     "saint+": ("--model", "saint+"),
     "saint-tags": ("--model", "saint", "--tags"),
     "saint+-tags": ("--model", "saint+", "--tags"),
     "saint-interaction": ("--model", "saint", "--tags", "--decoder-features", "question"),
+    "saint-rasch-encoder": ("--model", "saint", "--tags", "--question-embedding", "rasch"),
 }
 MODELS = tuple(MODEL_FLAGS)
 DEFAULT_MODELS = ("saint", "saint+")
@@ -73,6 +77,7 @@ MODEL_NAMES = {
     "saint-tags": "SAINT + skill tags",
     "saint+-tags": "SAINT+ + skill tags",
     "saint-interaction": "SAINT + skill tags + interaction decoder",
+    "saint-rasch-encoder": "SAINT + Rasch skill embeddings (encoder)",
 }
 MARKER = "kt-benchmark"
 MARK_START = f"<!-- {MARKER}:start -->"
@@ -182,6 +187,7 @@ class Context:
     slice_students: int | None
     force: bool
     bootstrap: int
+    table_only: bool
     benchmarks_file: Path
     published_file: Path
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
@@ -568,7 +574,11 @@ def protocol_notes(ctx: Context, plans: list[DatasetPlan]) -> str:
         "the question's skills (00 writes them as tags) to the encoder input (03_train.py "
         "`--tags`); `... + interaction decoder` also embeds each answered question per "
         "(question, response) and (skill, response) pair in the decoder (`--decoder-features "
-        "question`). assist2015's questions are its skills, so tags add nothing there.",
+        "question`). `SAINT + Rasch skill embeddings (encoder)` replaces the vector per "
+        "question by AKT's Rasch form: the mean skill embedding plus a learned scalar "
+        "difficulty of the question times a variation vector of its skills (`--tags "
+        "--question-embedding rasch`). "
+        "assist2015's questions are its skills, so tags add nothing there.",
         "- Baselines are 05_evaluate.py's: each question's correct rate on the fold's training "
         "rows, and that combined with the student's running correct rate.",
     ]
@@ -692,6 +702,12 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--published", type=Path, default=REPO / "bench" / "published_kt_results.csv")
     p.add_argument("--source-root", type=Path, default=REPO.parent / "shared" / "data")
     p.add_argument("--force", action="store_true", help="redo finished steps and folds")
+    p.add_argument(
+        "--table-only",
+        action="store_true",
+        help="run nothing: rewrite the table from the folds already finished in --work-dir "
+        "(every model of MODEL_FLAGS with results under this config)",
+    )
     args = p.parse_args(argv)
     if args.slice_students is not None and args.slice_students < 1:
         p.error(f"--slice: expected a positive number of students, got {args.slice_students}")
@@ -719,6 +735,7 @@ def parse_args(argv: list[str] | None = None):
         slice_students=args.slice_students,
         force=args.force,
         bootstrap=args.bootstrap,
+        table_only=args.table_only,
         benchmarks_file=args.benchmarks_file,
         published_file=args.published,
         argv=[sys.argv[0], *(argv if argv is not None else sys.argv[1:])],
@@ -731,6 +748,8 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     ctx, plans, table_plans, models, folds = parse_args(argv)
+    if ctx.table_only:
+        plans = []
     for plan in plans:
         print(f"{plan.preset} ({plan.split}): preparing {ctx.dataset_dir(plan)}", flush=True)
         prep_dir = prepare_dataset(ctx, plan)

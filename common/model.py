@@ -64,6 +64,11 @@ class ModelConfig:
     difficulty_buckets: int = 0  # > 0 adds an embedding of the question's correct rate
     n_tags: int = 0  # > 0 adds the mean embedding of the question's tags (common.tags)
     max_tags: int = 1  # most tags of one question (width of the question_tags buffer)
+    # "id": a learned vector per question; "rasch" (needs tags): the question's tags' mean
+    # embedding plus a learned scalar difficulty per question times the tags' mean
+    # variation vector, as AKT's Rasch embeddings (Ghosh et al. 2020); with the decoder
+    # feature "question", (tag, response) pairs get the same form
+    question_embedding: str = "id"
     rope_base: float = 10000.0
     # share of each head's channels that rotary embeddings rotate (GPT-J / GPT-NeoX use a
     # quarter): position needs few frequencies at these sequence lengths, and the
@@ -85,6 +90,12 @@ class ModelConfig:
             raise ValueError(f"rope_fraction must be in (0, 1], got {self.rope_fraction}")
         if self.attention not in ("mha", "mla"):
             raise ValueError(f"attention must be 'mha' or 'mla', got {self.attention!r}")
+        if self.question_embedding not in ("id", "rasch"):
+            raise ValueError(
+                f"question_embedding must be 'id' or 'rasch', got {self.question_embedding!r}"
+            )
+        if self.question_embedding == "rasch" and not self.n_tags:
+            raise ValueError("question_embedding 'rasch' needs the questions' tags (--tags)")
         if self.d_ff == 0:
             self.d_ff = 4 * self.d_model
 
@@ -393,6 +404,25 @@ class ModelCache:
         row, column, slot = where
         ring[row if rows is None else rows[row], slot] = new[row, column].to(ring.dtype)
 
+    def grown(self, rows: int) -> ModelCache:
+        """A copy with `rows` rows: these rows first, then empty ones."""
+
+        def bigger(tensor: Tensor, fill: int) -> Tensor:
+            out = tensor.new_full((rows, *tensor.shape[1:]), fill)
+            out[: len(tensor)] = tensor
+            return out
+
+        def states(groups: list[tuple[Tensor, ...]]) -> list[tuple[Tensor, ...]]:
+            return [tuple(bigger(t, 0) for t in group) for group in groups]
+
+        return ModelCache(
+            bigger(self.query_position, -1),
+            bigger(self.key_position, -1),
+            states(self.encoder),
+            states(self.cross),
+            states(self.decoder),
+        )
+
     def select(self, rows: Tensor) -> ModelCache:
         """The cache of some rows (a copy), e.g. a group's students from a pool."""
 
@@ -480,7 +510,9 @@ class SAINT(nn.Module):
         self.config = config
         d = config.d_model
         self.rotary = Rotary(d // config.n_heads, config.rope_base, config.rope_fraction)
-        self.question_embed = nn.Embedding(config.n_questions + 1, d)
+        rasch = config.question_embedding == "rasch"
+        # rasch: one scalar per question (its difficulty), not a vector
+        self.question_embed = nn.Embedding(config.n_questions + 1, 1 if rasch else d)
         self.part_embed = nn.Embedding(N_PARTS + 1, d)
         if config.difficulty_buckets:
             self.difficulty_embed = nn.Embedding(config.difficulty_buckets + 1, d)
@@ -495,6 +527,8 @@ class SAINT(nn.Module):
                 "question_tags",
                 torch.full((config.n_questions + 1, config.max_tags), config.n_tags),
             )
+            if rasch:
+                self.tag_variation = nn.Embedding(config.n_tags + 1, d, padding_idx=config.n_tags)
         self.response_embed = nn.Embedding(N_RESPONSE, d)
         sizes = {
             "elapsed": N_ELAPSED,
@@ -507,12 +541,15 @@ class SAINT(nn.Module):
             {name: nn.Embedding(size, d) for name, size in tables.items()}
         )
         if "question" in config.decoder_features:
-            # rows q + (n_questions + 1) * response for response 0/1; the last row: start
-            self.interaction_embed = nn.Embedding(2 * (config.n_questions + 1) + 1, d)
+            if not rasch:
+                # rows q + (n_questions + 1) * response for response 0/1; the last: start
+                self.interaction_embed = nn.Embedding(2 * (config.n_questions + 1) + 1, d)
             if config.n_tags:
                 # rows tag + n_tags * response; the last row pads
                 pad = 2 * config.n_tags
                 self.tag_interaction_embed = nn.Embedding(pad + 1, d, padding_idx=pad)
+                if rasch:
+                    self.tag_interaction_variation = nn.Embedding(pad + 1, d, padding_idx=pad)
         self.embed_dropout = Dropout(config.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
         self.encoder_norm = nn.LayerNorm(d)
@@ -520,6 +557,19 @@ class SAINT(nn.Module):
         self.decoder_norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, 1)
         self.apply(self._init_weights)
+        if rasch:
+            # as AKT: every question starts as its tags' average (difficulty 0), and the
+            # variation vectors start at unit scale, so that a difficulty's Adam step
+            # moves the input as much as a step of a vector per question would (at the
+            # 0.02 scale of the other embeddings, difficulties barely learn)
+            with torch.no_grad():
+                self.question_embed.weight.zero_()
+                variations = [self.tag_variation]
+                if hasattr(self, "tag_interaction_variation"):
+                    variations.append(self.tag_interaction_variation)
+                for table in variations:
+                    nn.init.normal_(table.weight, std=1.0)
+                    table.weight[table.padding_idx].zero_()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -537,14 +587,27 @@ class SAINT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def _encoder_input(self, batch: dict[str, Tensor]) -> Tensor:
-        x = self.question_embed(batch["question"]) + self.part_embed(batch["part"])
+        question = batch["question"]
+        x = self.part_embed(batch["part"])
+        if self.config.question_embedding == "id":
+            x = x + self.question_embed(question)
         if self.config.difficulty_buckets:
-            x = x + self.difficulty_embed(self.question_difficulty[batch["question"]])
+            x = x + self.difficulty_embed(self.question_difficulty[question])
         if self.config.n_tags:
-            tags = self.question_tags[batch["question"]]  # (B, T, max_tags)
-            count = (tags != self.config.n_tags).sum(-1, keepdim=True).clamp(min=1)
-            x = x + self.tag_embed(tags).sum(-2) / count
+            tags = self.question_tags[question]  # (B, T, max_tags)
+            present = tags != self.config.n_tags
+            x = x + self._tag_mean(self.tag_embed, tags, present)
+            if self.config.question_embedding == "rasch":
+                variation = self._tag_mean(self.tag_variation, tags, present)
+                x = x + self.question_embed(question) * variation
         return self.embed_dropout(x)  # (B, T, D)
+
+    @staticmethod
+    def _tag_mean(table: nn.Embedding, index: Tensor, present: Tensor) -> Tensor:
+        """(B, T, D): mean of table rows over the present entries of index (B, T, K);
+        absent entries must index the table's zero padding row."""
+        count = present.sum(-1, keepdim=True).clamp(min=1)
+        return table(index).sum(-2) / count
 
     def _key_stream(self, batch: dict[str, Tensor]) -> Tensor:
         x = self.response_embed(batch["key_response"])
@@ -556,19 +619,27 @@ class SAINT(nn.Module):
 
     def _interaction(self, question: Tensor, response: Tensor) -> Tensor:
         """(B, S, D): the (question, response) embedding of each key (question ids above
-        n_questions mark the start token), plus the mean (tag, response) embedding."""
+        n_questions mark the start token), plus the mean (tag, response) embedding; with
+        Rasch embeddings, the mean (tag, response) embedding plus the question's scalar
+        difficulty times the mean (tag, response) variation (zero at the start token)."""
         n = self.config.n_questions
+        question = question.clamp(max=n)
         answered = response.clamp(max=1)
         start = response == RESPONSE_START
-        index = question.clamp(max=n) + (n + 1) * answered
-        x = self.interaction_embed(index.masked_fill(start, 2 * (n + 1)))
+        rasch = self.config.question_embedding == "rasch"
+        x = 0
+        if not rasch:
+            index = question + (n + 1) * answered
+            x = self.interaction_embed(index.masked_fill(start, 2 * (n + 1)))
         if self.config.n_tags:
             n_tags = self.config.n_tags
-            tags = self.question_tags[question.clamp(max=n)]  # (B, S, max_tags)
+            tags = self.question_tags[question]  # (B, S, max_tags)
             present = (tags != n_tags) & ~start[..., None]
             index = (tags + n_tags * answered[..., None]).masked_fill(~present, 2 * n_tags)
-            count = present.sum(-1, keepdim=True).clamp(min=1)
-            x = x + self.tag_interaction_embed(index).sum(-2) / count
+            x = x + self._tag_mean(self.tag_interaction_embed, index, present)
+            if rasch:
+                variation = self._tag_mean(self.tag_interaction_variation, index, present)
+                x = x + self.question_embed(question) * variation
         return x
 
     def empty_cache(self, rows: int, size: int | None = None) -> ModelCache:

@@ -444,8 +444,10 @@ class OnlineState:
 
 
 class CachePool:
-    """The model's ring caches (common.model.ModelCache) for up to `size` students in
-    preallocated tensors, with LRU eviction."""
+    """The model's ring caches (common.model.ModelCache) for up to `size` students, with
+    LRU eviction. The tensors grow (doubling) with the number of students that need an
+    entry, up to `size`, so a stream of a few hundred students does not allocate and
+    zero the room for thousands (gigabytes for a large model) before its first group."""
 
     def __init__(self, model: SAINT, size: int, device: torch.device):
         self.model = model
@@ -453,12 +455,20 @@ class CachePool:
         self.device = device
         self.cache: ModelCache | None = None
         self.lru: OrderedDict[int, int] = OrderedDict()  # cache index -> slot
-        self.free = list(range(size - 1, -1, -1))
+        self.free: list[int] = []  # unused indices below capacity; pop() gives the lowest
+        self.capacity = 0  # rows allocated
         self.evictions = 0
         self._row_bytes: int | None = None
 
-    def _allocate(self) -> None:
-        self.cache = self.model.empty_cache(self.size, self.model.config.window + RING_EXTRA)
+    def _grow(self, needed: int) -> None:
+        """Room for at least `needed` entries (at most `size`), keeping those there."""
+        capacity = min(self.size, max(needed, 2 * self.capacity, 64))
+        if self.cache is None:
+            self.cache = self.model.empty_cache(capacity, self.model.config.window + RING_EXTRA)
+        else:
+            self.cache = self.cache.grown(capacity)
+        self.free = list(range(capacity - 1, self.capacity - 1, -1)) + self.free
+        self.capacity = capacity
 
     def bytes_per_student(self) -> int:
         """Cache bytes per student, measured on a one-row cache (nothing allocated for
@@ -477,8 +487,9 @@ class CachePool:
         and which of `slots` got a fresh (empty) entry."""
         if len(slots) > self.size:
             raise ValueError(f"a group has {len(slots)} students; the cache pool holds {self.size}")
-        if self.cache is None:
-            self._allocate()
+        new = int((cache_index[slots] < 0).sum())
+        if len(self.free) < new and self.capacity < self.size:
+            self._grow(len(self.lru) + new)
         missing = []
         active = set(slots.tolist())
         for i, slot in enumerate(slots.tolist()):

@@ -76,3 +76,12 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     again = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "skip:" in again.stdout and "train fold" not in again.stdout
+
+    # --table-only runs nothing and rewrites the table from the finished fold
+    benchmarks.write_text("# Benchmarks\n")
+    table = subprocess.run(
+        [*command, "--table-only"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert table.returncode == 0, table.stdout[-3000:] + table.stderr[-3000:]
+    assert "preparing" not in table.stdout and "skip:" not in table.stdout
+    assert "| assist2009_pid (akt5) | SAINT |" in benchmarks.read_text()

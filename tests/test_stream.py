@@ -22,7 +22,7 @@ from common.features import SEQUENCE_FIELDS, build_sequences
 from common.folds import Fold, FoldConfig, make_folds
 from common.inference import export_kaggle, stream_loop
 from common.model import SAINT, ModelConfig
-from common.online import OnlineState, build_snapshot
+from common.online import CachePool, OnlineState, build_snapshot
 from common.predict import predict_tails
 from common.schema import TEST_COLUMNS
 from common.tags import install_tags, tag_shape
@@ -188,7 +188,9 @@ def stream_predictions(
     return env, state
 
 
-@pytest.mark.parametrize(("attention", "tags"), [("mha", False), ("mla", False), ("mha", True)])
+@pytest.mark.parametrize(
+    ("attention", "tags"), [("mha", False), ("mla", False), ("mha", True), ("mha", "rasch")]
+)
 def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags):
     data = load_fold_data(demo_dir, 0)
     n_tags, max_tags = tag_shape(data.questions) if tags else (0, 1)
@@ -198,9 +200,13 @@ def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags):
         kv_latent_dim=16,
         n_tags=n_tags,
         max_tags=max_tags,
+        question_embedding="rasch" if tags == "rasch" else "id",
     )
     if tags:
         install_tags(model, data.questions)
+    if tags == "rasch":  # difficulties start at zero; make them count
+        with torch.no_grad():
+            model.question_embed.weight.normal_()
     env, state = stream_predictions(demo_dir, model)
     results = env.results()
     batch = predict_tails(
@@ -281,6 +287,25 @@ def test_cache_eviction_is_bounded_and_close(demo_dir):
     assert full_state.rebuilds == 0
     difference = np.abs(env.results()["prediction"] - full.results()["prediction"])
     assert difference.mean() < 0.02  # a rebuilt state forgets only context beyond the window
+
+
+def test_cache_pool_grows_with_the_students_and_keeps_their_entries():
+    model = random_model(50)
+    pool = CachePool(model, size=200, device=CPU)
+    cache_index = np.full(1000, -1, dtype=np.int64)
+    cache_index, missing = pool.acquire(np.arange(10), cache_index)
+    assert pool.capacity == 64 and len(missing) == 10 and pool.evictions == 0
+    pool.cache.encoder[0][0][cache_index[3]] = 7.0  # an entry of slot 3
+    pool.cache.query_position[cache_index[3], 5] = 5
+    before = [t.clone() for t in pool.cache.select(pool._rows(cache_index[:10])).tensors()]
+    cache_index, missing = pool.acquire(np.arange(10, 110), cache_index)
+    assert pool.capacity == 128 and len(missing) == 100
+    after = pool.cache.select(pool._rows(cache_index[:10])).tensors()
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    assert sorted(cache_index[:110].tolist()) == list(range(110))  # no index given twice
+    assert (pool.cache.query_position[110:] == -1).all()  # new rows are empty
+    cache_index, _ = pool.acquire(np.arange(110, 260), cache_index)
+    assert pool.capacity == 200 and pool.evictions == 60  # capped at size, then LRU
 
 
 def test_online_state_matches_batch_features_on_real_rows(tmp_path):

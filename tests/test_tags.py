@@ -66,6 +66,47 @@ def test_encoder_input_adds_the_mean_tag_embedding() -> None:
     assert torch.count_nonzero(got[0, 2:]) == 0  # no tags, unknown id: the zero padding row
 
 
+def test_rasch_embedding_is_tag_mean_plus_difficulty_times_variation() -> None:
+    torch.manual_seed(0)
+    config = ModelConfig(
+        n_questions=4, d_model=16, n_heads=2, window=8, dropout=0.0, n_tags=8, max_tags=2,
+        question_embedding="rasch", decoder_features=("question",),
+    )  # fmt: skip
+    model = SAINT(config).eval()
+    install_tags(model, QUESTIONS)
+    assert model.question_embed.weight.shape == (5, 1)  # one scalar per question
+    assert torch.count_nonzero(model.question_embed.weight) == 0  # starts at the skills
+    assert not hasattr(model, "interaction_embed")  # no vector per question anywhere
+    with torch.no_grad():
+        model.question_embed.weight.copy_(torch.tensor([[0.5], [-2.0], [1.0], [3.0], [0.0]]))
+        batch = {"question": torch.tensor([[0, 1, 2]]), "part": torch.tensor([[1, 1, 1]])}
+        got = model._encoder_input(batch) - model.part_embed(batch["part"])
+        tag, variation = model.tag_embed.weight, model.tag_variation.weight
+        torch.testing.assert_close(
+            got[0, 0], (tag[5] + tag[2]) / 2 + 0.5 * (variation[5] + variation[2]) / 2
+        )
+        torch.testing.assert_close(got[0, 1], tag[7] - 2.0 * variation[7])
+        assert torch.count_nonzero(got[0, 2]) == 0  # no tags: nothing but the part
+        # decoder: (tag, response) rows are tag + 8 * response; the start token adds nothing
+        keys = torch.tensor([[1, 1, 4]])
+        response = torch.tensor([[1, 0, 2]])
+        got = model._interaction(keys, response)
+        pair, pair_variation = (
+            model.tag_interaction_embed.weight,
+            model.tag_interaction_variation.weight,
+        )
+        torch.testing.assert_close(got[0, 0], pair[15] - 2.0 * pair_variation[15])
+        torch.testing.assert_close(got[0, 1], pair[7] - 2.0 * pair_variation[7])
+        assert torch.count_nonzero(got[0, 2]) == 0
+
+
+def test_rasch_needs_tags() -> None:
+    with pytest.raises(ValueError, match="needs the questions' tags"):
+        ModelConfig(n_questions=4, question_embedding="rasch")
+    with pytest.raises(ValueError, match="'id' or 'rasch'"):
+        ModelConfig(n_questions=4, n_tags=3, question_embedding="vector")
+
+
 def test_install_rejects_a_model_without_the_input() -> None:
     model = SAINT(ModelConfig(n_questions=4, d_model=16, n_heads=2))
     with pytest.raises(ValueError, match="no tag input"):
@@ -97,11 +138,13 @@ def test_checkpoint_round_trip_keeps_the_tags(demo: Path, tmp_path: Path) -> Non
 def test_train_and_stream_scripts_with_tags(demo: Path, run_script) -> None:
     flags = ("--epochs", 1, "--batch-size", 64, "--warmup", 20, "--d-model", 32, "--heads", 4)
     flags = (*flags, "--layers", 1, "--window", 30, "--no-progress", "--output-dir", demo)
-    done = run_script("03_train.py", *flags, "--tags")
+    done = run_script("03_train.py", *flags, "--tags", "--question-embedding", "rasch")
     assert done.returncode == 0, done.stderr
     model, checkpoint = load_model(demo / "fold0" / "best.pt")
     data = load_fold_data(demo, 0)
     assert checkpoint["model_config"]["n_tags"] == tag_shape(data.questions)[0]
+    assert checkpoint["model_config"]["question_embedding"] == "rasch"
+    assert torch.count_nonzero(model.question_embed.weight) > 0  # difficulties were learned
     expected = question_tag_matrix(
         data.questions, data.n_questions, model.config.n_tags, model.config.max_tags
     )

@@ -19,6 +19,7 @@ from common.training import (
     epoch_windows,
     load_fold_data,
     load_model,
+    save_checkpoint,
     window_inputs,
 )
 from tests.helpers import REPO, make_tiny_demo
@@ -64,6 +65,20 @@ def test_epoch_windows_cover_every_training_question_once():
             covered[s] |= positions
         assert [len(c) for c in covered] == lengths.tolist()
         assert all(c == set(range(n)) for c, n in zip(covered, lengths, strict=True))
+
+
+@pytest.mark.slow
+def test_resume_reads_a_checkpoint_from_before_a_model_option_existed(demo, tmp_path):
+    """A model-config field added later (question_embedding) is absent from older
+    checkpoints; resuming them must read it as its default, not as a changed config."""
+    out = fresh_run(demo, tmp_path)
+    train(out, "--epochs", "1")
+    path = out / "fold0" / "epoch_01.pt"
+    checkpoint = torch.load(path, weights_only=False)
+    del checkpoint["model_config"]["question_embedding"]
+    save_checkpoint(path, checkpoint)
+    printed = train(out, "--epochs", "2", "--resume")
+    assert "resumed after epoch 1" in printed
 
 
 @pytest.mark.slow
@@ -113,7 +128,7 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
     inputs = window_inputs(data.sequences, student[:48], start[:48], length[:48], data.n_questions)
     batch = to_tensors(inputs, torch.device("cpu"))
     weights = []
-    for micro in (48, 7):
+    for micro in (48, 7, 0):  # 0: the CPU default, parts of similar-length windows
         config = TrainConfig(
             d_model=16,
             heads=2,
@@ -127,8 +142,17 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
         trainer = Trainer(config, demo / "micro", data, torch.device("cpu"))
         trainer.train_step(batch)
         weights.append(trainer.model.state_dict())
-    for name, value in weights[0].items():
-        torch.testing.assert_close(weights[1][name], value, atol=1e-6, rtol=1e-5)
+        if micro == 0:
+            parts = trainer.micro_batches(batch)
+            sizes = [p["valid"].sum(1) for p in parts]
+            assert len(parts) > 1 and sum(len(x) for x in sizes) == 48
+            assert sum(int(x.sum()) for x in sizes) == int(batch["valid"].sum())
+            for part, size in zip(parts, sizes, strict=True):
+                assert part["valid"].shape[1] == size.max()  # trimmed to its longest
+                assert 2 * size.min() >= size.max()  # similar lengths
+    for other in weights[1:]:
+        for name, value in weights[0].items():
+            torch.testing.assert_close(other[name], value, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.slow
