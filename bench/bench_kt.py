@@ -60,7 +60,8 @@ from common.kt_datasets import MULTI_SKILL_MODES, PRESETS  # noqa: E402
 # "-interaction" also embeds each answered question per (question, response) pair, and its
 # skills per (skill, response) pair, in the decoder (--decoder-features ... question);
 # "-rasch-encoder" has AKT's Rasch form of the question: no vector per question, only a
-# scalar difficulty that scales a variation of the skills' mean embedding
+# scalar difficulty that scales a variation of the skills' mean embedding; "-rasch" has it
+# in the decoder too, for the (skill, response) pairs of the answered questions
 MODEL_FLAGS = {
     "saint": ("--model", "saint"),
     "saint+": ("--model", "saint+"),
@@ -68,7 +69,11 @@ MODEL_FLAGS = {
     "saint+-tags": ("--model", "saint+", "--tags"),
     "saint-interaction": ("--model", "saint", "--tags", "--decoder-features", "question"),
     "saint-rasch-encoder": ("--model", "saint", "--tags", "--question-embedding", "rasch"),
-}
+    "saint-rasch": (
+        "--model", "saint", "--tags", "--question-embedding", "rasch",
+        "--decoder-features", "question",
+    ),
+}  # fmt: skip
 MODELS = tuple(MODEL_FLAGS)
 DEFAULT_MODELS = ("saint", "saint+")
 MODEL_NAMES = {
@@ -78,6 +83,7 @@ MODEL_NAMES = {
     "saint+-tags": "SAINT+ + skill tags",
     "saint-interaction": "SAINT + skill tags + interaction decoder",
     "saint-rasch-encoder": "SAINT + Rasch skill embeddings (encoder)",
+    "saint-rasch": "SAINT + Rasch skill embeddings (encoder and decoder)",
 }
 MARKER = "kt-benchmark"
 MARK_START = f"<!-- {MARKER}:start -->"
