@@ -583,7 +583,8 @@ def protocol_notes(ctx: Context, plans: list[DatasetPlan]) -> str:
         "question`). `SAINT + Rasch skill embeddings (encoder)` replaces the vector per "
         "question by AKT's Rasch form: the mean skill embedding plus a learned scalar "
         "difficulty of the question times a variation vector of its skills (`--tags "
-        "--question-embedding rasch`). "
+        "--question-embedding rasch`); `... (encoder and decoder)` gives the (skill, response) "
+        "pairs in the decoder the same form (`--decoder-features question`). "
         "assist2015's questions are its skills, so tags add nothing there.",
         "- Baselines are 05_evaluate.py's: each question's correct rate on the fold's training "
         "rows, and that combined with the student's running correct rate.",

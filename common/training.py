@@ -641,11 +641,8 @@ class Trainer:
                     groups.append(order[lo:i])
                     lo = i
         parts = []
-        for index in groups:
-            if isinstance(index, slice):
-                part = {name: value[index] for name, value in batch.items()}
-            else:
-                part = {name: value[index.to(value.device)] for name, value in batch.items()}
+        for index in groups:  # slices, or (CPU path only) index tensors on the batch's device
+            part = {name: value[index] for name, value in batch.items()}
             longest = int(part["valid"].sum(1).max())
             parts.append({name: value[:, :longest] for name, value in part.items()})
         return parts
