@@ -87,6 +87,41 @@ def variant_dir(work: Path, demo: Path, name: str) -> Path:
     return out
 
 
+def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
+    """A second split of the same demo for stream speed: the last `share` of its rows by
+    virtual time (02_make_folds.py --strategy virtual-time), a stream that interleaves
+    many students, about 23 rows per group at share 0.1, like the real example test's
+    18 to 33 (fold 0's validation stream has few students left in its tail: 5 rows per
+    group on average, 1 at the median). The variants trained on some of these rows, so
+    only its speed is used."""
+    out = work / "kaggle_like_stream"
+    if not (out / "folds" / "fold0.npz").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / "data").exists():
+            os.symlink((demo / "output" / "data").resolve(), out / "data")
+        run([sys.executable, "02_make_folds.py", "--output-dir", str(out), "--strategy",
+             "virtual-time", "--n-folds", "1", "--valid-share", str(share)])  # fmt: skip
+    return out
+
+
+def stream_speed(stream: Path, name: str, checkpoint: Path, restream: bool) -> dict:
+    """04_infer.py's summary for `checkpoint` streamed over the Kaggle-like stream
+    (streamed again when asked, or when the checkpoint is newer than the summary)."""
+    out = stream / name.replace(" ", "_").replace("+", "plus")
+    (out / "fold0").mkdir(parents=True, exist_ok=True)
+    for link in ("data", "folds"):
+        if not (out / link).exists():
+            os.symlink((stream / link).resolve(), out / link)
+    best = out / "fold0" / "best.pt"
+    best.unlink(missing_ok=True)
+    os.symlink(checkpoint.resolve(), best)
+    summary = out / "fold0" / "stream_summary.json"
+    if restream or not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
+        run([sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
+             "--no-progress", "--no-export"])  # fmt: skip
+    return json.loads(summary.read_text())
+
+
 def trained_epochs(fold_dir: Path) -> int:
     history = fold_dir / "history.csv"
     return len(pd.read_csv(history)) if history.exists() else 0
@@ -115,6 +150,8 @@ def train_and_stream(out: Path, flags: list[str], epochs: int, fresh: bool, rest
     return {
         "predictions": predictions,
         "rows_per_s": summary["rows_per_s"],
+        "rows": summary["rows"],
+        "groups": summary["groups"],
         "cache_bytes": summary["state_bytes_per_student"]["cache"],
         "train_rate": float(history["interactions_per_s"].mean()),
         "train_seconds": float(history["train_seconds"].sum()),
@@ -125,6 +162,10 @@ def train_and_stream(out: Path, flags: list[str], epochs: int, fresh: bool, rest
             if not k.endswith("question_difficulty")
         ),
     }
+
+
+def stream_shape(rows: int, groups: int) -> str:
+    return f"{rows:,} question rows in {groups:,} groups, {rows / groups:.1f} rows per group"
 
 
 def main() -> int:
@@ -151,6 +192,12 @@ def main() -> int:
         action="store_true",
         help="stream every trained variant again (04_infer.py only), e.g. on a quiet machine",
     )
+    parser.add_argument(
+        "--speed-share",
+        type=float,
+        default=0.1,
+        help="share of the demo's rows (by virtual time) in the Kaggle-like speed stream",
+    )
     parser.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
     args = parser.parse_args()
     prepare(args.demo_dir, args.users)
@@ -165,6 +212,12 @@ def main() -> int:
             flags = [*flags, "--teacher", str(teacher / "fold0" / "best.pt")]
         fresh = args.force or name in args.retrain
         results[name] = train_and_stream(out, flags, epochs, fresh, args.restream)
+    speed_root = kaggle_like_stream(args.work_dir, args.demo_dir, args.speed_share)
+    for name in VARIANTS:
+        checkpoint = variant_dir(args.work_dir, args.demo_dir, name) / "fold0" / "best.pt"
+        speed = stream_speed(speed_root, name, checkpoint, args.restream)
+        results[name]["kaggle_rows_per_s"] = speed["rows_per_s"]
+        results[name]["kaggle_stream"] = speed
 
     # baselines and oracle on exactly the streamed rows
     rows = results["SAINT+"]["predictions"]
@@ -180,6 +233,7 @@ def main() -> int:
     )
     baseline_auc = roc_auc_score(labels, baselines["question rate"])
 
+    kaggle = results["SAINT+"]["kaggle_stream"]
     lines = [
         f"Command: `python {' '.join(sys.argv)}` on {machine()}; every variant trains "
         f"{args.epochs} epochs ({args.teacher_epochs} for the teacher) with "
@@ -190,9 +244,17 @@ def main() -> int:
         f"oracle AUC (the demo's true probabilities) {oracle_auc:.4f}; per-question "
         f"baseline AUC {baseline_auc:.4f}.",
         "",
+        f"Stream speed on two streams, one 04_infer.py run each: fold 0's validation rows "
+        f"({stream_shape(results['SAINT+']['rows'], results['SAINT+']['groups'])}), and "
+        f"the Kaggle-like stream, the last {args.speed_share:.0%} of the same demo's rows by "
+        f"virtual time ({stream_shape(kaggle['rows'], kaggle['groups'])}; the real example "
+        f"test has 18 to 33 rows per group; speed only: the models trained on some of "
+        f"its rows).",
+        "",
         "| variant | flags | params | AUC | gap to oracle | gain over baseline | "
-        "train interactions/s | stream rows/s | cache bytes/student | best epoch |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "train interactions/s | stream rows/s, fold 0 | stream rows/s, Kaggle-like | "
+        "cache bytes/student | best epoch |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
         merged = r["predictions"].set_index("row_id")["prediction"].reindex(rows["row_id"])
@@ -204,19 +266,22 @@ def main() -> int:
         lines.append(
             f"| {name} | `{flags}` | {r['parameters']:,} | {auc:.4f} | "
             f"{oracle_auc - auc:.4f} | {auc - baseline_auc:+.4f} | {r['train_rate']:,.0f} | "
-            f"{r['rows_per_s']:,.0f} | {r['cache_bytes']:,} | {r['best_epoch']} |"
+            f"{r['rows_per_s']:,.0f} | {r['kaggle_rows_per_s']:,.0f} | "
+            f"{r['cache_bytes']:,} | {r['best_epoch']} |"
         )
     teacher, student = results["teacher d256 4+4"], results["student distilled"]
     plain = results["SAINT+"]
     kept = (student["auc"] - baseline_auc) / (teacher["auc"] - baseline_auc)
     kept_plain = (plain["auc"] - baseline_auc) / (teacher["auc"] - baseline_auc)
     speed = student["rows_per_s"] / teacher["rows_per_s"]
+    kaggle_speed = student["kaggle_rows_per_s"] / teacher["kaggle_rows_per_s"]
     lines += [
         "",
         f"The distilled student (d_model 64, 2+2) keeps "
         f"**{kept:.1%}** of the teacher's AUC gain over the per-question baseline (the same "
         f"student without a teacher, the SAINT+ row: {kept_plain:.1%}) and streams "
-        f"**{speed:.1f}x** faster than the teacher (targets: at least 90% and 3x).",
+        f"**{kaggle_speed:.1f}x** faster than the teacher on the Kaggle-like stream, "
+        f"**{speed:.1f}x** on fold 0's stream (targets: at least 90% and 3x).",
         "",
     ]
     text = "\n".join(lines)

@@ -141,6 +141,10 @@ class Emulator:
         self._served = -1  # last group handed out
         self._predicted = -1  # last group predicted
         self._test = self._test_columns()
+        self._row_id = self.frame["row_id"].to_numpy()
+        self._outcomes = {
+            name: self.frame[name].to_numpy() for name in ("answered_correctly", "user_answer")
+        }
 
     @classmethod
     def from_fold(cls, arrays: TrainArrays, fold: Fold, config: EmulatorConfig | None = None):
@@ -163,11 +167,12 @@ class Emulator:
         if group == 0:
             return "[]", "[]"
         lo, hi = self.bounds[group - 1], self.bounds[group]
-        correct = self.frame["answered_correctly"].to_numpy()[lo:hi]
-        answers = self.frame["user_answer"].to_numpy()[lo:hi]
-        return str([int(v) for v in correct]), str([int(v) for v in answers])
+        correct, answers = (self._outcomes[name][lo:hi] for name in self._outcomes)
+        return str(correct.astype(np.int64).tolist()), str(answers.astype(np.int64).tolist())
 
     def iter_test(self) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
+        columns = {name: self._test[name].to_numpy() for name in self._test.columns}
+        row_id = columns["row_id"]
         for group in range(self.n_groups):
             if self._predicted != group - 1:
                 raise StreamError(
@@ -175,18 +180,23 @@ class Emulator:
                     "env.predict(sample_prediction_df) once per group before the next"
                 )
             lo, hi = self.bounds[group], self.bounds[group + 1]
-            test_df = self._test.iloc[lo:hi].copy()
-            correct, responses = self._prior_lists(group)
-            for column, text in (
-                ("prior_group_answers_correct", correct),
-                ("prior_group_responses", responses),
+            index = pd.Index(np.full(hi - lo, group, dtype=np.int64), name="group_num")
+            frame: dict[str, np.ndarray | pd.Series] = {
+                name: values[lo:hi] for name, values in columns.items()
+            }
+            for column, text in zip(
+                ("prior_group_answers_correct", "prior_group_responses"),
+                self._prior_lists(group),
+                strict=True,
             ):
-                values = [text] + [np.nan] * (hi - lo - 1)
-                test_df[column] = pd.Series(values, index=test_df.index, dtype=object)
-            test_df.index = pd.Index(np.full(hi - lo, group, dtype=np.int64), name="group_num")
+                values = np.full(hi - lo, np.nan, dtype=object)
+                values[0] = text
+                # a Series keeps the object dtype (a bare array would become str)
+                frame[column] = pd.Series(values, index=index, dtype=object)
+            test_df = pd.DataFrame(frame, index=index)  # copies: the caller may change it
             question = self.is_question[lo:hi]
             sample = pd.DataFrame(
-                {"row_id": test_df["row_id"].to_numpy()[question], "answered_correctly": 0.5},
+                {"row_id": row_id[lo:hi][question], "answered_correctly": 0.5},
                 index=pd.Index(
                     np.full(int(question.sum()), group, dtype=np.int64), name="group_num"
                 ),
@@ -204,12 +214,15 @@ class Emulator:
             if column not in df.columns:
                 raise StreamError(f"predict(): the frame has no column {column!r}")
         lo, hi = self.bounds[group], self.bounds[group + 1]
-        expected = self.frame["row_id"].to_numpy()[lo:hi][self.is_question[lo:hi]]
+        expected = self._row_id[lo:hi][self.is_question[lo:hi]]
         given = df["row_id"].to_numpy()
         same_order = len(given) == len(expected) and np.array_equal(given, expected)
         if not same_order:
             self._check_row_ids(group, given, expected)
-        values = pd.to_numeric(df["answered_correctly"], errors="coerce").to_numpy(dtype=float)
+        values = df["answered_correctly"]
+        if values.dtype.kind != "f":
+            values = pd.to_numeric(values, errors="coerce")
+        values = values.to_numpy(dtype=float)
         bad = np.isnan(values) | (values < 0) | (values > 1)
         if bad.any():
             i = int(np.argmax(bad))

@@ -23,7 +23,7 @@ whose inputs carry no outcome of their own container, use plain causal masks.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 
 import torch
@@ -156,17 +156,19 @@ class Rotary(nn.Module):
         self.sin = angle.sin().float().to(device)
 
     def table(self, position: Tensor) -> tuple[Tensor, Tensor]:
-        """position (B, S) -> cos, sin (B, S, 1, rotated/2), to rotate (B, S, H, hd)
-        tensors; negative positions (padding) read position 0."""
+        """position (B, S) -> cos, sin (B, S, 1, rotated), to rotate (B, S, H, hd) tensors;
+        sin carries the rotation's signs (-sin for the first half of the rotated
+        channels, +sin for the second); negative positions (padding) read position 0."""
         top = int(position.max()) + 1 if position.numel() else 1
         if top > len(self.cos):
             self._grow(top, position.device)
         index = position.clamp(min=0)
-        return self.cos[index][:, :, None], self.sin[index][:, :, None]
+        cos, sin = self.cos[index][:, :, None], self.sin[index][:, :, None]
+        return torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
 
     @staticmethod
     def rotate(x: Tensor, table: tuple[Tensor, Tensor]) -> Tensor:
-        """x (B, S, H, hd) with its first 2 * cos.shape[-1] channels rotated by `table`."""
+        """x (B, S, H, hd) with its first cos.shape[-1] channels rotated by `table`."""
         cos, sin = (t.to(x.dtype) for t in table)
         if not torch.is_grad_enabled():
             return _Rotate._turn(x, cos, sin)
@@ -174,18 +176,19 @@ class Rotary(nn.Module):
 
 
 class _Rotate(torch.autograd.Function):
-    """Rotation of channel pairs (i, i + half) for i < half, the rest passed through.
-    Its gradient is the opposite rotation; written out so that backward needs no
-    zero-filled slice gradients."""
+    """Rotation of channel pairs (i, i + half) for i < half, the rest passed through:
+    x * cos + swap(x) * sin over the rotated channels, where swap exchanges their two
+    halves (a few kernel calls, which is what a streaming step of a few rows costs). Its
+    gradient is the opposite rotation (swap is its own inverse and swap(sin) = -sin);
+    written out so that backward needs no zero-filled slice gradients."""
 
     @staticmethod
     def _turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        half = cos.shape[-1]
-        out = x.clone()
-        first, second = x[..., :half], x[..., half : 2 * half]
-        out[..., :half] = first * cos - second * sin
-        out[..., half : 2 * half] = first * sin + second * cos
-        return out
+        width = cos.shape[-1]
+        rotated = x[..., :width]
+        swapped = rotated.unflatten(-1, (2, width // 2)).flip(-2).flatten(-2)
+        turned = torch.addcmul(rotated * cos, swapped, sin)
+        return turned if width == x.shape[-1] else torch.cat((turned, x[..., width:]), -1)
 
     @staticmethod
     def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -358,6 +361,9 @@ class ModelCache:
     encoder: list[tuple[Tensor, ...]]  # per layer, states (B, R, X)
     cross: list[tuple[Tensor, ...]]
     decoder: list[tuple[Tensor, ...]]
+    # a view of some rows of a larger cache (a pool): batch row b is the tensors' row
+    # rows[b]; a forward pass stores into those rows and reads them (see `view`)
+    rows: Tensor | None = None
 
     @classmethod
     def empty(
@@ -422,6 +428,16 @@ class ModelCache:
             states(self.cross),
             states(self.decoder),
         )
+
+    def view(self, rows: Tensor) -> ModelCache:
+        """These tensors as the cache of `rows` (batch row b -> row rows[b]), without a
+        copy: a forward pass writes its new keys straight into those rows. Cheaper than
+        select, forward, write back when each step is a few rows (streaming)."""
+        return replace(self, rows=rows)
+
+    def read(self, tensor: Tensor) -> Tensor:
+        """A ring tensor's rows of this cache (all of it unless it is a view)."""
+        return tensor if self.rows is None else tensor.index_select(0, self.rows)
 
     def select(self, rows: Tensor) -> ModelCache:
         """The cache of some rows (a copy), e.g. a group's students from a pool."""
@@ -668,9 +684,9 @@ class SAINT(nn.Module):
             all_q, all_k = q_pos, k_pos
         else:
             q_where, k_where = cache.place(q_pos), cache.place(k_pos)
-            cache.store(cache.query_position, q_pos, q_where)
-            cache.store(cache.key_position, k_pos, k_where)
-            all_q, all_k = cache.query_position, cache.key_position  # (B, R)
+            cache.store(cache.query_position, q_pos, q_where, cache.rows)
+            cache.store(cache.key_position, k_pos, k_where, cache.rows)
+            all_q, all_k = cache.read(cache.query_position), cache.read(cache.key_position)
         causal = attention_mask(position, valid, all_q, all_q >= 0, window)
         container = attention_mask(batch["query_limit"], valid, all_k, all_k >= 0, window)
         query_rope = self.rotary.table(position)
@@ -690,8 +706,8 @@ class SAINT(nn.Module):
             ring = getattr(cache, group)[i]
             where = k_where if (group == "decoder" and i == 0) else q_where
             for target, new in zip(ring, state, strict=True):
-                cache.store(target, new, where)
-            return ring
+                cache.store(target, new, where, cache.rows)
+            return tuple(cache.read(target) for target in ring)
 
         x = self._encoder_input(batch)
         for i, layer in enumerate(self.encoder):

@@ -403,11 +403,8 @@ class OnlineState:
             n,
         )
         index = self.cache_index[slots]
-        with torch.no_grad():
-            logits, entries = self.model(
-                to_tensors(inputs, self.device), self.pool.select(index), return_entries=True
-            )
-        self.pool.write(index, entries)
+        with torch.no_grad():  # the new keys go straight into the students' pool rows
+            logits = self.model(to_tensors(inputs, self.device), self.pool.view(index))
         self.key_from[slots] = start + 1
         return torch.sigmoid(logits.float()).cpu().numpy()
 
@@ -515,8 +512,8 @@ class CachePool:
     def reset(self, index: np.ndarray) -> None:
         self.cache.reset(self._rows(index))
 
-    def select(self, index: np.ndarray) -> ModelCache:
-        return self.cache.select(self._rows(index))
+    def view(self, index: np.ndarray) -> ModelCache:
+        return self.cache.view(self._rows(index))
 
     def write(self, index: np.ndarray, entries) -> None:
         self.cache.write(entries, self._rows(index))

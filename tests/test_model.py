@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from common.features import FlatSource, build_sequences, step_inputs, window_inputs
-from common.model import SAINT, ModelConfig, attention_mask
+from common.model import SAINT, ModelConfig, Rotary, attention_mask
 from common.predict import plan_student, to_tensors
 from tests.helpers import preprocess_real_rows
 
@@ -171,3 +171,48 @@ def test_unknown_question_ids_are_mapped(real_sequences):
     inputs = window_inputs(seq, np.array([0]), np.array([0]), np.array([10]), 100)
     assert inputs["question"].max() <= 100
     assert np.isfinite(run(model, inputs)).all()
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.25])
+def test_rotary_rotates_channel_pairs_by_position(fraction):
+    """Channels (i, i + half) of the rotated part turn by position * base^(-2i/rotated) as
+    a complex number; the rest pass through; the custom backward equals autograd's
+    gradient of that reference; a query-key product depends on the distance only."""
+    torch.manual_seed(0)
+    head_dim = 16
+    rotary = Rotary(head_dim, base=100.0, fraction=fraction)
+    rotated = rotary.head_dim
+    half = rotated // 2
+    position = torch.tensor([[0, 3, 7, -1]])
+    x = torch.randn(1, 4, 2, head_dim, dtype=torch.float64, requires_grad=True)
+    table = rotary.table(position)
+
+    def reference(x):
+        angle = position.clamp(min=0)[..., None].double() * 100.0 ** (
+            -torch.arange(0, rotated, 2, dtype=torch.float64) / rotated
+        )
+        turned = (
+            torch.view_as_complex(
+                torch.stack((x[..., :half], x[..., half:rotated]), -1).contiguous()
+            )
+            * torch.polar(torch.ones_like(angle), angle)[:, :, None]
+        )
+        pairs = torch.view_as_real(turned)
+        return torch.cat((pairs[..., 0], pairs[..., 1], x[..., rotated:]), -1)
+
+    out = Rotary.rotate(x, table)
+    expected = reference(x)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)  # float32 table
+    weight = torch.randn_like(out)
+    (grad,) = torch.autograd.grad((out * weight).sum(), x)
+    (expected_grad,) = torch.autograd.grad((expected * weight).sum(), x)
+    torch.testing.assert_close(grad, expected_grad, atol=1e-6, rtol=1e-6)
+    with torch.no_grad():
+        q, k = torch.randn(2, head_dim, dtype=torch.float64)
+        shifts = []
+        for a, b in ((2, 0), (9, 7), (5, 3)):
+            pos = torch.tensor([[a, b]])
+            pair = Rotary.rotate(torch.stack((q, k))[None, :, None], rotary.table(pos))
+            shifts.append(float(pair[0, 0, 0] @ pair[0, 1, 0]))
+        assert shifts[0] == pytest.approx(shifts[1], abs=1e-5)
+        assert shifts[0] == pytest.approx(shifts[2], abs=1e-5)
