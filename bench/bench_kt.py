@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -371,6 +373,20 @@ def fold_commands(ctx: Context, model: str, model_dir: Path, input_dir: Path, k:
     return train, infer, evaluate
 
 
+@contextmanager
+def report_lock(model_dir: Path):
+    """Each 05 run rewrites model_dir/report/. Two bench_kt jobs on one model (other
+    folds) take turns at 05 and at reading its table back, so neither reads the other's
+    (an exclusive flock on model_dir/report.lock, released when the block ends)."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    with open(model_dir / "report.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def fold_metrics(model_dir: Path, k: int) -> dict:
     """AUC and accuracy at 0.5 of the model and both baselines on fold k (05's metrics.csv)."""
     table = pd.read_csv(model_dir / "report" / "metrics.csv", dtype={"fold": str})
@@ -399,8 +415,12 @@ def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: in
     commands = fold_commands(ctx, model, model_dir, input_dir, k)
     logs = model_dir / "logs"
     wall = {}
-    for name, command in zip(("train", "infer", "evaluate"), commands, strict=True):
-        wall[name] = run_step(command, logs / f"fold{k}_{name}.log", f"{name} fold {k}")
+    train, infer, evaluate = commands
+    wall["train"] = run_step(train, logs / f"fold{k}_train.log", f"train fold {k}")
+    wall["infer"] = run_step(infer, logs / f"fold{k}_infer.log", f"infer fold {k}")
+    with report_lock(model_dir):
+        wall["evaluate"] = run_step(evaluate, logs / f"fold{k}_evaluate.log", f"evaluate fold {k}")
+        scores = fold_metrics(model_dir, k)
     fold_dir = model_dir / f"fold{k}"
     history = pd.read_csv(fold_dir / "history.csv")
     stream = json.loads((fold_dir / "stream_summary.json").read_text())
@@ -410,7 +430,7 @@ def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: in
         "split": plan.split,
         "model": model,
         "fold": k,
-        "scores": fold_metrics(model_dir, k),
+        "scores": scores,
         "train_seconds": float(history["train_seconds"].sum()),
         "valid_seconds": float(history["valid_seconds"].sum()),
         "epochs": len(history),
@@ -451,8 +471,9 @@ def pooled_report(ctx: Context, plan: DatasetPlan, model_dir: Path, folds: list[
         ctx.bootstrap,
         "--no-progress",
     )
-    run_step(command, model_dir / "logs" / "evaluate_pooled.log", "05 pooled")
-    write_json(stamp, wanted)
+    with report_lock(model_dir):
+        run_step(command, model_dir / "logs" / "evaluate_pooled.log", "05 pooled")
+        write_json(stamp, wanted)
 
 
 # ---------------------------------------------------------------------------------------

@@ -85,3 +85,24 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert table.returncode == 0, table.stdout[-3000:] + table.stderr[-3000:]
     assert "preparing" not in table.stdout and "skip:" not in table.stdout
     assert "| assist2009_pid (akt5) | SAINT |" in benchmarks.read_text()
+
+
+def test_report_lock_excludes_a_second_holder_until_released(tmp_path):
+    """Two bench_kt jobs on one model dir take turns at 05 and its read-back."""
+    import fcntl
+
+    bench = load_bench()
+    model_dir = tmp_path / "model"
+
+    def try_lock() -> bool:
+        with open(model_dir / "report.lock", "w") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(other, fcntl.LOCK_UN)
+            return True
+
+    with bench.report_lock(model_dir):
+        assert not try_lock()
+    assert try_lock()
