@@ -78,13 +78,20 @@ def prepare(demo: Path, users: int) -> None:
          "--seed", "0"])  # fmt: skip
 
 
-def variant_dir(work: Path, demo: Path, name: str) -> Path:
+def variant_dir(work: Path, source: Path, name: str) -> Path:
+    """work/<name> with links to the data and folds of the output dir `source`."""
     out = work / name.replace(" ", "_").replace("+", "plus")
     out.mkdir(parents=True, exist_ok=True)
     for link in ("data", "folds"):
         if not (out / link).exists():
-            os.symlink((demo / "output" / link).resolve(), out / link)
+            os.symlink((source / link).resolve(), out / link)
     return out
+
+
+def infer_command(out: Path) -> list[str]:
+    """04_infer.py streaming fold 0 of the output dir `out`."""
+    return [sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
+            "--no-progress", "--no-export"]  # fmt: skip
 
 
 def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
@@ -107,18 +114,14 @@ def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
 def stream_speed(stream: Path, name: str, checkpoint: Path, restream: bool) -> dict:
     """04_infer.py's summary for `checkpoint` streamed over the Kaggle-like stream
     (streamed again when asked, or when the checkpoint is newer than the summary)."""
-    out = stream / name.replace(" ", "_").replace("+", "plus")
-    (out / "fold0").mkdir(parents=True, exist_ok=True)
-    for link in ("data", "folds"):
-        if not (out / link).exists():
-            os.symlink((stream / link).resolve(), out / link)
+    out = variant_dir(stream, stream, name)
+    (out / "fold0").mkdir(exist_ok=True)
     best = out / "fold0" / "best.pt"
     best.unlink(missing_ok=True)
     os.symlink(checkpoint.resolve(), best)
     summary = out / "fold0" / "stream_summary.json"
     if restream or not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
-        run([sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
-             "--no-progress", "--no-export"])  # fmt: skip
+        run(infer_command(out))
     return json.loads(summary.read_text())
 
 
@@ -132,8 +135,7 @@ def train_and_stream(out: Path, flags: list[str], epochs: int, fresh: bool, rest
     asked continues from its last checkpoint, which with the Noam schedule is the same
     as training the longer run at once) and stream; a finished variant is only read."""
     fold_dir = out / "fold0"
-    stream = [sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
-              "--no-progress", "--no-export"]  # fmt: skip
+    stream = infer_command(out)
     if fresh and fold_dir.exists():
         shutil.rmtree(fold_dir)
     summary = fold_dir / "stream_summary.json"
@@ -205,16 +207,16 @@ def main() -> int:
     truth = pd.read_csv(args.demo_dir / "input" / "demo_truth.csv")
     results = {}
     for name, flags in VARIANTS.items():
-        out = variant_dir(args.work_dir, args.demo_dir, name)
+        out = variant_dir(args.work_dir, data_out, name)
         epochs = args.teacher_epochs if name.startswith("teacher") else args.epochs
         if name == "student distilled":
-            teacher = variant_dir(args.work_dir, args.demo_dir, "teacher d256 4+4")
+            teacher = variant_dir(args.work_dir, data_out, "teacher d256 4+4")
             flags = [*flags, "--teacher", str(teacher / "fold0" / "best.pt")]
         fresh = args.force or name in args.retrain
         results[name] = train_and_stream(out, flags, epochs, fresh, args.restream)
     speed_root = kaggle_like_stream(args.work_dir, args.demo_dir, args.speed_share)
     for name in VARIANTS:
-        checkpoint = variant_dir(args.work_dir, args.demo_dir, name) / "fold0" / "best.pt"
+        checkpoint = variant_dir(args.work_dir, data_out, name) / "fold0" / "best.pt"
         speed = stream_speed(speed_root, name, checkpoint, args.restream)
         results[name]["kaggle_rows_per_s"] = speed["rows_per_s"]
         results[name]["kaggle_stream"] = speed

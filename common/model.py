@@ -328,27 +328,6 @@ class FeedForward(nn.Module):
 
 
 @dataclass
-class CacheEntries:
-    """The key states one forward pass made, to be written into a ModelCache.
-
-    query_position (B, T): positions behind the encoder, cross-attention and later
-    decoder self-attention states; key_position (B, S): positions behind the first
-    decoder self-attention (the outcome key stream); -1 marks padding."""
-
-    query_position: Tensor
-    key_position: Tensor
-    encoder: list[tuple[Tensor, ...]]
-    cross: list[tuple[Tensor, ...]]
-    decoder: list[tuple[Tensor, ...]]
-
-    def groups(self) -> list[tuple[Tensor, list[Tensor]]]:
-        """(positions, states) pairs: each state is (B, L, X) over those positions."""
-        query_side = [t for g in self.encoder + self.cross + self.decoder[1:] for t in g]
-        key_side = [t for g in self.decoder[:1] for t in g]
-        return [(self.query_position, query_side), (self.key_position, key_side)]
-
-
-@dataclass
 class ModelCache:
     """Keys of earlier positions per student (row), in ring buffers: the entry for
     position p sits in slot p % size. A forward pass writes its new keys first, then
@@ -452,17 +431,6 @@ class ModelCache:
             pick(self.cross),
             pick(self.decoder),
         )
-
-    def write(self, entries: CacheEntries, rows: Tensor | None = None) -> ModelCache:
-        """Store `entries` (in place); batch row b goes to cache row rows[b]."""
-        for (position, states), (new_position, new_states) in zip(
-            self.groups(), entries.groups(), strict=True
-        ):
-            where = self.place(new_position)
-            self.store(position, new_position, where, rows)
-            for state, new_state in zip(states, new_states, strict=True):
-                self.store(state, new_state, where, rows)
-        return self
 
     def reset(self, rows: Tensor) -> None:
         """Forget the keys of `rows` (a new student takes them)."""
@@ -668,13 +636,12 @@ class SAINT(nn.Module):
         self,
         batch: dict[str, Tensor],
         cache: ModelCache | None = None,
-        return_entries: bool = False,
-    ) -> Tensor | tuple[Tensor, CacheEntries]:
+    ) -> Tensor:
         """Logits (B, T) for the query positions of `batch` (see step_inputs).
 
         With a cache, this batch's keys are written into it (in place) and queries attend
-        to its earlier keys too; with return_entries, this batch's key states are also
-        returned, e.g. to write them into a pool the cache was selected from."""
+        to its earlier keys too; a view of a pool's rows (ModelCache.view) writes into
+        those rows."""
         window = self.config.window
         position, valid = batch["position"], batch["valid"]
         key_position, key_valid = batch["key_position"], batch["key_valid"]
@@ -695,12 +662,9 @@ class SAINT(nn.Module):
         latent = self.config.attention == "mla"
         past_rope = self.rotary.table(all_q) if latent else None
         outcome_rope = self.rotary.table(all_k) if latent else None
-        entries = CacheEntries(q_pos, k_pos, [], [], [])
 
         def remember(group: str, i: int, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-            """Record a layer's new key state; with a cache, store it and return the
-            whole ring."""
-            getattr(entries, group).append(state)
+            """A layer's new key state; with a cache, stored, and the whole ring returned."""
             if cache is None:
                 return state
             ring = getattr(cache, group)[i]
@@ -727,4 +691,4 @@ class SAINT(nn.Module):
             self_rope, self_mask = (outcome_rope, container) if i == 0 else (past_rope, causal)
             x = layer(x, query_rope, state, self_rope, self_mask, cross_state, past_rope, causal)
         logits = self.head(self.decoder_norm(x)).squeeze(-1)  # (B, T)
-        return (logits, entries) if return_entries else logits
+        return logits

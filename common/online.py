@@ -11,10 +11,10 @@ common.features.QuestionSequences, filled only from what the API reveals:
 Model inputs are then built by the same `step_inputs` as training and validation.
 
 Students active in the stream also keep the model's key/value cache (common/model.py) so
-a new container costs only its own positions. Caches live in a fixed pool with LRU
-eviction; an evicted student is rebuilt from their ring (the last `window` questions as
-one block), which is exact for students that were never evicted and a close
-approximation otherwise (reported in the metrics as rebuilds).
+a new container costs only its own positions. Caches live in a pool (up to
+cache_students entries) with LRU eviction; an evicted student is rebuilt from their ring
+(the last `window` questions as one block), which is exact for students that were never
+evicted and a close approximation otherwise (reported in the metrics as rebuilds).
 
 Several containers of one student inside one group (the emulator never does this) are
 merged into one container: none of their outcomes is known before all are predicted.
@@ -142,7 +142,7 @@ class RingSource:
 class OnlineState:
     """Students' rings and the model's cache pool; `predict(test_df)` per API group.
 
-    Memory: the cache pool is fixed (cache_students entries); the rings grow with the
+    Memory: the cache pool holds at most cache_students entries; the rings grow with the
     students seen (snapshot students, then every new student), by a quarter at a time.
     With `max_bytes` set, growth stops at the budget and a student who would not fit
     raises StateMemoryError: predictions are never degraded silently."""
@@ -435,9 +435,8 @@ class OnlineState:
             key_count,
             self.config.n_questions,
         )
-        with torch.no_grad():
-            _, entries = self.model(to_tensors(inputs, self.device), None, return_entries=True)
-        self.pool.write(index, entries)
+        with torch.no_grad():  # into the (just reset) pool rows, as a step does
+            self.model(to_tensors(inputs, self.device), self.pool.view(index))
 
 
 class CachePool:
@@ -514,6 +513,3 @@ class CachePool:
 
     def view(self, index: np.ndarray) -> ModelCache:
         return self.cache.view(self._rows(index))
-
-    def write(self, index: np.ndarray, entries) -> None:
-        self.cache.write(entries, self._rows(index))
