@@ -10,6 +10,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from common.folds import FoldMismatchError
 from common.schema import InputError
 from common.training import CheckpointError, TrainConfig, train
 
@@ -25,8 +26,20 @@ def parse_args() -> tuple[TrainConfig, Path]:
     p.add_argument("--fold", type=int, default=DEFAULTS.fold)
     p.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
     p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    p.add_argument(
+        "--span",
+        type=int,
+        default=DEFAULTS.span,
+        help="questions trained on per training sequence, each after the model's receptive "
+        "field of context (0: 4 receptive fields)",
+    )
     p.add_argument("--lr", type=float, default=DEFAULTS.lr)
-    p.add_argument("--warmup", type=int, default=DEFAULTS.warmup, help="warm-up steps")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=DEFAULTS.warmup,
+        help="warm-up steps (0: a tenth of the run's steps, at most 4000)",
+    )
     p.add_argument("--schedule", choices=("noam", "cosine"), default=DEFAULTS.schedule)
     p.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
     p.add_argument("--grad-clip", type=float, default=DEFAULTS.grad_clip)
@@ -77,6 +90,19 @@ def parse_args() -> tuple[TrainConfig, Path]:
     )
     p.add_argument("--resume", action="store_true")
     p.add_argument("--patience", type=int, default=DEFAULTS.patience)
+    p.add_argument(
+        "--select-on",
+        choices=("inner", "fold"),
+        default=DEFAULTS.select_on,
+        help="early stopping and best.pt on an inner split of the training students (inner) "
+        "or on the fold's validation rows, which 04 and 05 then score (fold: optimistic)",
+    )
+    p.add_argument(
+        "--inner-share",
+        type=float,
+        default=DEFAULTS.inner_share,
+        help="share of the fold's training students in the inner validation split",
+    )
     p.add_argument("--valid-batch-size", type=int, default=DEFAULTS.valid_batch_size)
     p.add_argument("--no-progress", action="store_true")
     args = vars(p.parse_args())
@@ -93,16 +119,16 @@ def main() -> int:
     config, output_dir = parse_args()
     try:
         history = train(config, output_dir)
-    except (CheckpointError, InputError, FileNotFoundError) as error:
+    except (CheckpointError, FoldMismatchError, InputError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if history:
-        best = max(
-            history, key=lambda r: r["valid_auc"] if r["valid_auc"] == r["valid_auc"] else -1
-        )
+        column = f"{config.select_on}_auc"
+        best = max(history, key=lambda r: r[column] if r[column] == r[column] else -1)
         print(
-            f"best validation AUC {best['valid_auc']:.4f} at epoch {best['epoch']}; "
-            f"checkpoints in {output_dir / f'fold{config.fold}'}"
+            f"best {config.select_on} validation AUC {best[column]:.4f} at epoch "
+            f"{best['epoch']} (the fold's AUC there: {best['fold_auc']:.4f}); checkpoints "
+            f"in {output_dir / f'fold{config.fold}'}"
         )
     return 0
 

@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from common.folds import FoldMismatchError
 from common.inference import InferConfig, export_kaggle, run_competition, run_emulated
 from common.online import StateMemoryError
 from common.schema import InputError
@@ -76,7 +77,13 @@ def main() -> int:
     args = parse_args()
     try:
         return infer(args)
-    except (CheckpointError, StateMemoryError, InputError, FileNotFoundError) as error:
+    except (
+        CheckpointError,
+        FoldMismatchError,
+        StateMemoryError,
+        InputError,
+        FileNotFoundError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from common.baselines import BaselineConfig
 from common.evaluate import EvaluateConfig, evaluate
+from common.folds import FoldMismatchError
 from common.schema import InputError
 
 DEFAULTS = EvaluateConfig()
@@ -47,7 +48,7 @@ def main() -> int:
     )
     try:
         head = evaluate(args.output_dir, args.input_dir, config)
-    except (InputError, FileNotFoundError) as error:
+    except (InputError, FoldMismatchError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     interval = ""
@@ -58,6 +59,7 @@ def main() -> int:
         print(f"{name} baseline AUC {auc:.4f} (lift {head['lift'][name]:+.4f})")
     if head["oracle_auc"] is not None:
         print(f"oracle AUC {head['oracle_auc']:.4f} on the same rows")
+    print(head["selection"])
     print(f"report: {head['report']}")
     return 0
 

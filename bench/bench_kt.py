@@ -19,8 +19,10 @@ baselines). Every fold's numbers and commands go to <work-dir>/.../results/fold{
 a fold whose file exists is skipped (restartable) unless --force.
 
 The model is scored from the last epoch's checkpoint (--checkpoint last) with early stopping
-off: 03 validates on the fold's own students every epoch, so choosing an epoch on them
-would select on the test set (--checkpoint best does exactly that, for comparison).
+off, trained on all of the fold's training students (03 --select-on fold, whose best.pt
+is then never used: choosing an epoch on the fold's own students would select on the test
+set). --checkpoint best scores best.pt chosen on an inner split of the training students
+(03's default --select-on inner), which is honest too but trains on 10% fewer students.
 
 Layout under --work-dir (default bench/out/kt/, git-ignored):
     <dataset>-<rows>-<split>[-slice<N>]/input/        00's output (the slice with --slice)
@@ -173,6 +175,9 @@ class TrainSettings:
             "--seed": self.seed,
             "--device": self.device,
             "--patience": self.epochs,  # no early stopping: it would look at the test fold
+            # last: every training student trains (no best.pt is scored); best: best.pt,
+            # chosen on an inner split of them, never on the test fold
+            "--select-on": "inner" if self.checkpoint == "best" else "fold",
         }
         return [str(x) for pair in flags.items() for x in pair] + list(self.extra)
 
@@ -588,10 +593,16 @@ def protocol_notes(ctx: Context, plans: list[DatasetPlan]) -> str:
         "keeps one row).",
         "- AKT trains each fold with a separate validation file and picks the epoch on it; here "
         f"every fold trains {s.epochs} epoch(s) on the fold's training students and is scored from "
-        f"`{s.checkpoint_file()}` (no selection on the test fold; 03's per-epoch validation AUC "
-        "is only logged). AKT cuts students into independent sequences of 200; here each "
-        f"prediction sees the student's last {s.window} questions (banded attention over the "
-        "whole history, streamed through the API emulator).",
+        f"`{s.checkpoint_file()}` (no selection on the test fold: "
+        + (
+            "best.pt is chosen on an inner split of the training students"
+            if s.checkpoint == "best"
+            else "the last epoch, no early stopping; 03's per-epoch AUC on the fold is only logged"
+        )
+        + "). AKT cuts students into independent sequences of 200; here each prediction "
+        f"depends on the student's last {(2 * s.layers) * s.window} questions (banded attention "
+        f"over {s.window}, {2 * s.layers} layers deep, over the whole history, streamed through "
+        "the API emulator).",
         "- AUC is pooled over every response of a fold's students (as AKT/DKVMN compute it), "
         "then averaged over folds; ± is the standard deviation over folds (n-1).",
         "- These datasets have no times: 00 fills a constant 60 s step and empty elapsed times, "

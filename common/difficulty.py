@@ -2,8 +2,16 @@
 rows of the current fold, smoothed and bucketed, embedded by SAINT (ModelConfig
 .difficulty_buckets, the `difficulty_embed` embedding).
 
-- Training rows only: positions < train_length of each student (the fold's cut), so a
-  validation answer never shapes any input, not even through a question's rate.
+- Training rows only: positions < train_length of each student (the rows the model
+  trains on), so a validation answer never shapes any input, not even through a
+  question's rate.
+- Out-of-fold for the training rows themselves: as a training input, a row's bucket
+  comes from the rates and bucket edges of the other students' rows, in 5 groups of
+  students (out_of_fold_buckets); with its own answer in the rate, the input would leak
+  the label it is trained to predict (in-sample target encoding), most for rarely
+  answered questions, and even a leave-one-out rate would leak it through the bucket
+  edges of the questions that set them. Validation and streaming use the training
+  rows' rates (the model's buffer).
 - Bayesian smoothing toward the global rate g of the training rows,
       rate = (correct + m * g) / (count + m),
   the posterior mean under a Beta prior worth m answers centred on g: a question seen
@@ -39,6 +47,9 @@ if TYPE_CHECKING:
 
 DIFFICULTY_SMOOTHING = 10.0  # Beta prior strength in answers; see the module docstring
 UNSEEN_BUCKET = 0
+# training rows' buckets as inputs: from the rates of the other groups of training
+# students (out-of-fold target encoding, as Kaggle feature pipelines do)
+OUT_OF_FOLD_GROUPS = 5
 
 
 def training_mask(sequences: QuestionSequences, train_length: np.ndarray) -> np.ndarray:
@@ -100,6 +111,38 @@ def question_difficulty_buckets(
     return out
 
 
+def out_of_fold_buckets(
+    sequences: QuestionSequences,
+    train_length: np.ndarray,
+    n_questions: int,
+    buckets: int,
+    smoothing: float = DIFFICULTY_SMOOTHING,
+) -> np.ndarray:
+    """(n,) int64, per flat question: the difficulty bucket training feeds the model.
+    The training students (rows at positions < train_length) are split into
+    OUT_OF_FOLD_GROUPS groups (by student index); a training row's bucket comes from the
+    rates and bucket edges of the other groups' training rows only (0 where they never
+    answer its question), so no answer of the row's own student, its own included, shapes
+    it: what a validation row's bucket is to the model. Other rows get their question's
+    bucket over all training rows (question_difficulty_buckets), which validation and
+    streaming use."""
+    question = sequences.question.astype(np.int64)
+    known = (question >= 0) & (question < n_questions)
+    question = np.where(known, question, n_questions)
+    every = question_difficulty_buckets(sequences, train_length, n_questions, buckets, smoothing)
+    out = every[question]
+    lengths = sequences.lengths()
+    group_of_student = np.arange(len(lengths)) % OUT_OF_FOLD_GROUPS
+    group = np.repeat(group_of_student, lengths)
+    train = training_mask(sequences, train_length)
+    for j in range(OUT_OF_FOLD_GROUPS):
+        others = np.where(group_of_student == j, 0, train_length)
+        rows = train & (group == j)
+        table = question_difficulty_buckets(sequences, others, n_questions, buckets, smoothing)
+        out[rows] = table[question[rows]]
+    return out
+
+
 def install_difficulty(
     model: SAINT, data: FoldData, smoothing: float = DIFFICULTY_SMOOTHING
 ) -> np.ndarray:
@@ -111,7 +154,7 @@ def install_difficulty(
     if config.n_questions != data.n_questions:
         raise ValueError(f"model n_questions {config.n_questions} != the data's {data.n_questions}")
     buckets = question_difficulty_buckets(
-        data.sequences, data.train_length, data.n_questions, config.difficulty_buckets, smoothing
+        data.sequences, data.fit_length, data.n_questions, config.difficulty_buckets, smoothing
     )
     buffer = model.question_difficulty
     buffer.copy_(torch.from_numpy(buckets).to(buffer.device))

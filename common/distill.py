@@ -28,37 +28,40 @@ def load_teacher(
     path: str | Path,
     device: torch.device | str,
     student: ModelConfig | None = None,
-    fold: int | None = None,
+    fingerprint: dict | None = None,
 ) -> SAINT:
     """The teacher of checkpoint `path`, frozen (no gradients, eval mode) on `device`.
 
     With `student` given, the teacher must be compatible with it:
     - the same n_questions: both read the same question ids from the batch (ids past
       n_questions are mapped to the unknown id n_questions by common.features);
-    - a window at least the student's: the student's training windows are fed to the
-      teacher unchanged, and attention is banded to the model's window. With a window
-      >= the student's, every teacher prediction conditions on exactly the questions the
-      student sees; with a shorter one the teacher would see less than the student at
-      the end of each window, and the soft targets there would be worse than the labels.
+    - a window at least the student's: attention is banded to the model's window, and
+      with a shorter one the teacher would condition on fewer recent questions than the
+      student, and its soft targets would be worse than the labels. (The student's
+      training sequences carry enough context for the larger of the two receptive
+      fields, so the teacher's targets are its own streaming predictions.)
     Size (d_model, heads, layers), decoder features, attention kind and the difficulty
     input may differ: the batch carries every feature, and the teacher's difficulty
     buckets come from its own checkpoint.
 
-    With `fold` given, the teacher must have been trained on that fold: a teacher from
-    another fold was trained on this fold's validation rows and would leak them into the
-    soft targets. (Whether both used the same fold split, i.e. the same 02_make_folds
-    output, cannot be checked from the checkpoint; use the same --output-dir.)
+    With `fingerprint` given (common.folds.fold_fingerprint of the student's fold), the
+    teacher must have been trained on that very fold of the same folds: a teacher from
+    another fold, or from folds made again with another seed, has trained on this fold's
+    validation rows and would leak them into the soft targets.
     """
     from common.training import load_model  # training imports this module lazily
 
     teacher, checkpoint = load_model(path, device)
     if student is not None:
         check_teacher(teacher.config, student, path)
-    teacher_fold = checkpoint.get("fold")
-    if fold is not None and teacher_fold != fold:
+    recorded = checkpoint.get("fold_fingerprint") or {}
+    wanted = None if fingerprint is None else (fingerprint["fold"], fingerprint["sha256"])
+    if wanted is not None and (recorded.get("fold"), recorded.get("sha256")) != wanted:
         raise ValueError(
-            f"teacher {path} was trained on fold {teacher_fold}, the student on fold {fold}: "
-            f"a teacher from another fold has seen this fold's validation rows"
+            f"teacher {path} was trained on fold {recorded.get('fold')} of folds with "
+            f"fingerprint {recorded.get('sha256')}, the student on fold {wanted[0]} of folds "
+            f"with fingerprint {wanted[1]}: a teacher from another fold, or from other "
+            f"folds, has seen this fold's validation rows"
         )
     for parameter in teacher.parameters():
         parameter.requires_grad_(False)

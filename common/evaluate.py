@@ -19,6 +19,7 @@ Outputs:
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -44,11 +45,12 @@ from common.baselines import BASELINE_NAMES, BaselineConfig, baseline_scores
 from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
 from common.features import QuestionSequences, build_sequences
 from common.files import atomic_file, write_json, write_run_record, write_text
-from common.folds import Fold
+from common.folds import Fold, FoldMismatchError, check_fold_fingerprint
 from common.schema import QUESTION
 
 REPORT_SUBDIR = "report"
 PREDICTIONS_FILE = "stream_predictions.parquet"
+SUMMARY_FILE = "stream_summary.json"  # 04's run summary: checkpoint, selection, fold
 TRUTH_FILE = "demo_truth.csv"
 MODEL = "model"
 ORACLE = "oracle"
@@ -226,6 +228,8 @@ def load_fold_rows(
     """One fold's streamed question rows with labels from the data arrays, the slice
     keys and both baselines. Raises if the predictions file does not match the fold."""
     path = output_dir / f"fold{fold_index}" / PREDICTIONS_FILE
+    summary = stream_summary(output_dir, fold_index)
+    check_fold_fingerprint(summary.get("fold_fingerprint"), output_dir, fold_index, str(path))
     predictions = pd.read_parquet(path)
     missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
     if missing:
@@ -284,6 +288,33 @@ def load_fold_rows(
     for name, values in baselines.items():
         rows[name] = values
     return rows
+
+
+def stream_summary(output_dir: Path, fold_index: int) -> dict:
+    """04's summary of fold `fold_index`'s stream (checkpoint, its selection, fold)."""
+    path = output_dir / f"fold{fold_index}" / SUMMARY_FILE
+    if not path.exists():
+        raise FoldMismatchError(
+            f"{path} not found: 04_infer.py writes it beside {PREDICTIONS_FILE}, with the "
+            f"checkpoint and folds the predictions come from"
+        )
+    return json.loads(path.read_text())
+
+
+def selection_note(summaries: dict[int, dict]) -> str:
+    """Which checkpoint scored each fold and what chose it, in one sentence."""
+    chosen = {
+        "inner": "best.pt, chosen on an inner split of the fold's training students (neither "
+        "trained nor selected on the scored rows)",
+        "fold": "best.pt, chosen on these very rows (--select-on fold: optimistic)",
+        None: "a checkpoint named by hand",
+    }
+    parts = []
+    for k, summary in sorted(summaries.items()):
+        how = chosen.get(summary.get("checkpoint_selected_on"), "unknown")
+        name = Path(str(summary.get("checkpoint", "?"))).name
+        parts.append(f"fold {k}: {name} (epoch {summary.get('checkpoint_epoch')}), {how}")
+    return "Checkpoints: " + "; ".join(parts) + "."
 
 
 def _check_agrees(path: Path, column: str, given: pd.Series, expected: np.ndarray) -> None:
@@ -522,6 +553,8 @@ def _headline_markdown(head: dict, folds: list[int], config: EvaluateConfig) -> 
         )
     for name, auc in head["baselines"].items():
         lines.append(f"Lift over the {name} baseline ({auc:.4f}): {head['lift'][name]:+.4f} AUC.")
+    if "selection" in head:
+        lines.append(head["selection"])
     return "\n".join(f"- {line}" for line in lines) + "\n"
 
 
@@ -642,6 +675,7 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
 
     head = headline(table)
     head["folds"] = folds
+    head["selection"] = selection_note({k: stream_summary(output_dir, k) for k in folds})
     head["report"] = str(output_dir / "report.md")
     write_text(
         output_dir / "report.md", report_markdown(head, metrics_md, slices_md, links, folds, config)

@@ -243,9 +243,18 @@ def window_inputs(
     start: np.ndarray,
     length: np.ndarray,
     n_questions: int,
+    difficulty: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """A training (or block) window per row: positions start..start+length-1 of a student,
-    queries and key stream over the same positions."""
-    return step_inputs(
+    queries and key stream over the same positions. `difficulty` (one bucket per flat
+    question, common.difficulty.out_of_fold_buckets) adds each query's difficulty
+    bucket as an input, in place of the model's per-question buckets."""
+    inputs = step_inputs(
         FlatSource(sequences), student, start, start, length, start, length, n_questions
     )
+    if difficulty is not None:
+        last = np.maximum(start + length - 1, start)[:, None]  # padding reads a real entry
+        position = np.minimum(inputs["position"], last)
+        flat = sequences.offsets[student][:, None] + position
+        inputs["difficulty"] = difficulty[flat].astype(np.int64)
+    return inputs

@@ -28,6 +28,7 @@ fold{k}.npz with user_cut (n_students,) row index within each student, virtual_o
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -257,3 +258,84 @@ def make_folds(
 
 def load_fold_config(output_dir: str | Path) -> dict:
     return json.loads((Path(output_dir) / FOLDS_SUBDIR / "folds.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------
+# fold identity
+
+
+class FoldMismatchError(ValueError):
+    """A model or its predictions belong to other folds than those on disk."""
+
+
+def fold_fingerprint(output_dir: str | Path, index: int) -> dict:
+    """What identifies fold `index` of the folds on disk: a sha256 over folds/fold{k}.npz
+    (its cuts and stream; byte-identical for a given seed) and the fold config. Training
+    records it in every checkpoint, streaming in its summary."""
+    folds_dir = Path(output_dir) / FOLDS_SUBDIR
+    path = folds_dir / f"fold{index}.npz"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run 02_make_folds.py first")
+    digest = hashlib.sha256(path.read_bytes())
+    config = load_fold_config(output_dir)["config"]
+    digest.update(json.dumps(config, sort_keys=True).encode())
+    return {"fold": index, "sha256": digest.hexdigest()[:16], "config": config}
+
+
+def check_fold_fingerprint(
+    recorded: dict | None, output_dir: str | Path, index: int, what: str
+) -> None:
+    """Raise FoldMismatchError unless `recorded` (from a checkpoint or a stream summary;
+    `what` names it) is the fingerprint of fold `index` on disk: a model trained on
+    another fold, or on folds made again since, has trained on this fold's validation
+    rows."""
+    path = Path(output_dir) / FOLDS_SUBDIR / f"fold{index}.npz"
+    current = fold_fingerprint(output_dir, index)
+    if recorded is None:
+        raise FoldMismatchError(
+            f"{what} records no fold fingerprint, so nothing shows it belongs to {path} "
+            f"(fingerprint {current['sha256']}); train it again on these folds"
+        )
+    if recorded.get("fold") != index:
+        raise FoldMismatchError(
+            f"{what} was made for fold {recorded.get('fold')}, asked for fold {index}: a model "
+            f"of another fold has trained on this fold's validation rows; use fold {index}'s own"
+        )
+    if recorded.get("sha256") != current["sha256"]:
+        raise FoldMismatchError(
+            f"{what} was made for fold {index} of other folds (fingerprint "
+            f"{recorded.get('sha256')}, config {recorded.get('config')}) than {path} on disk "
+            f"(fingerprint {current['sha256']}, config {current['config']}): its model has "
+            f"trained on rows these folds validate on; train it again on these folds"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# inner validation split (model selection without the fold's validation rows)
+
+
+def inner_cut(
+    container_first: np.ndarray,
+    offsets: np.ndarray,
+    train_length: np.ndarray,
+    share: float,
+    new_share: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Questions to train on per student: `train_length` (questions before the fold's
+    cut), except for an inner validation split carved from those training questions:
+    `share` of the students with training questions, each cut at a random container
+    start after their first container, or at 0 (wholly held out) with probability
+    `new_share` or when they have one container. container_first and offsets are
+    common.features.QuestionSequences fields."""
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"inner validation share must be in [0, 1), got {share}")
+    cut = np.asarray(train_length, dtype=np.int64).copy()
+    candidates = np.flatnonzero(cut > 0)
+    chosen = np.sort(rng.choice(candidates, size=round(share * len(candidates)), replace=False))
+    held_out = rng.random(len(chosen)) < new_share
+    for student, new in zip(chosen.tolist(), held_out.tolist(), strict=True):
+        first = container_first[offsets[student] : offsets[student] + cut[student]]
+        starts = np.flatnonzero(first == np.arange(len(first)))[1:]
+        cut[student] = 0 if new or len(starts) == 0 else int(rng.choice(starts))
+    return cut

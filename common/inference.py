@@ -5,7 +5,7 @@ Kaggle bundle (written into --kaggle-dir, by default the output dir itself):
     dataset-metadata.json     for `kaggle datasets create -p <dir>`
     code/                     the project package and 04_infer.py (nothing to install)
     fold{k}/best.pt           the model, rebuilt from the checkpoint alone
-    state/snapshot.npz        every training student's last `window` questions (all of
+    state/snapshot.npz        every training student's last receptive_field questions (all of
                               train.csv: in the competition a test student's whole
                               train.csv history precedes the test)
     state/questions.parquet   question id -> part
@@ -31,9 +31,9 @@ from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
 from common.emulator import Emulator, EmulatorConfig
 from common.features import build_sequences
 from common.files import atomic_file, write_json, write_run_record, write_text
-from common.folds import Fold
+from common.folds import Fold, check_fold_fingerprint
 from common.online import OnlineState, Snapshot, build_snapshot
-from common.training import CheckpointError, load_fold_data, load_model, resolve_device
+from common.training import load_fold_data, load_model, resolve_device
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
@@ -120,16 +120,6 @@ def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
-def check_checkpoint_fold(path: Path, checkpoint: dict, fold: int) -> None:
-    """A checkpoint trained on another fold has seen this fold's validation rows."""
-    trained_on = checkpoint.get("fold")
-    if trained_on is not None and trained_on != fold:
-        raise CheckpointError(
-            f"{path}: trained on fold {trained_on}, asked to stream fold {fold} (whose "
-            f"validation rows it trained on); pass the fold's own checkpoint"
-        )
-
-
 def fold_state(
     output_dir: Path,
     config: InferConfig,
@@ -141,7 +131,9 @@ def fold_state(
     """The online state at the start of fold `config.fold`'s stream: every student's
     training questions (the fold's sequences and snapshot are dropped on return)."""
     data = load_fold_data(output_dir, config.fold)
-    snapshot = build_snapshot(data.sequences, arrays.users, data.train_length, model.config.window)
+    snapshot = build_snapshot(
+        data.sequences, arrays.users, data.train_length, model.config.receptive_field
+    )
     return OnlineState(
         model, parts, device, snapshot, config.cache_students, config.max_state_bytes
     )
@@ -152,7 +144,8 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
     fold_dir = output_dir / f"fold{config.fold}"
     device = resolve_device(config.device)
     model, checkpoint = load_model(fold_dir / config.checkpoint, device)
-    check_checkpoint_fold(fold_dir / config.checkpoint, checkpoint, config.fold)
+    fingerprint = checkpoint.get("fold_fingerprint")
+    check_fold_fingerprint(fingerprint, output_dir, config.fold, str(fold_dir / config.checkpoint))
     arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
     fold = Fold.load(output_dir, config.fold)
     parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
@@ -167,6 +160,12 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
         "fold": config.fold,
         "checkpoint": str(fold_dir / config.checkpoint),
         "checkpoint_epoch": checkpoint.get("epoch"),
+        # how the checkpoint was chosen: "inner" (an inner split of the training
+        # students), "fold" (these very rows), or None (a checkpoint named by hand)
+        "checkpoint_selected_on": checkpoint.get("selected_on")
+        if config.checkpoint == "best.pt"
+        else None,
+        "fold_fingerprint": fingerprint,
         "auc": float(table.loc[0, "auc"]),
         **timing,
         "state_bytes_per_student": state.state_bytes_per_student(),
@@ -212,11 +211,11 @@ def write_outputs(fold_dir: Path, results: pd.DataFrame, table: pd.DataFrame, su
 # Kaggle bundle and the competition's own API
 
 
-def full_snapshot(output_dir: Path, window: int) -> Snapshot:
+def full_snapshot(output_dir: Path, keep_last: int) -> Snapshot:
     data_dir = output_dir / DATA_SUBDIR
     arrays = TrainArrays.load(data_dir)
     sequences = build_sequences(arrays, question_parts(load_questions(data_dir)))
-    return build_snapshot(sequences, arrays.users, sequences.lengths(), window)
+    return build_snapshot(sequences, arrays.users, sequences.lengths(), keep_last)
 
 
 def export_kaggle(output_dir: Path, fold: int, dest: Path, dataset_id: str) -> Path:
@@ -227,7 +226,7 @@ def export_kaggle(output_dir: Path, fold: int, dest: Path, dataset_id: str) -> P
     if dest.resolve() != output_dir.resolve():
         with atomic_file(dest / f"fold{fold}" / "best.pt") as tmp:
             shutil.copyfile(checkpoint, tmp)
-    full_snapshot(output_dir, model.config.window).save(dest / "state" / "snapshot.npz")
+    full_snapshot(output_dir, model.config.receptive_field).save(dest / "state" / "snapshot.npz")
     questions = load_questions(output_dir / DATA_SUBDIR)
     with atomic_file(dest / "state" / "questions.parquet") as tmp:
         questions.to_parquet(tmp, index=False)

@@ -99,6 +99,16 @@ class ModelConfig:
         if self.d_ff == 0:
             self.d_ff = 4 * self.d_model
 
+    @property
+    def receptive_field(self) -> int:
+        """How many of a student's latest questions a prediction can depend on: each
+        attention layer reaches `window` positions further back, so (encoder_layers +
+        decoder_layers) x window (for task containers of at most `window` questions).
+        Training, validation and streaming all give every scored prediction at least this
+        much history (or the whole history when it is shorter), so each computes the same
+        function of the history; see common/training.py and common/online.py."""
+        return (self.encoder_layers + self.decoder_layers) * self.window
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -131,6 +141,62 @@ def attention_mask(
     allowed = key_valid[:, None, :] & (position <= limit) & (position > limit - window)
     allowed = allowed | ~query_valid[:, :, None]
     return allowed[:, None]  # (B, 1, T, S)
+
+
+def _pad_positions(x: Tensor, before: int, after: int, value) -> Tensor:
+    """x (B, T, ...) with `before` and `after` entries of `value` added along T."""
+    shape = (x.shape[0], 0, *x.shape[2:])
+    parts = [x.new_full((shape[0], before, *shape[2:]), value), x]
+    parts.append(x.new_full((shape[0], after, *shape[2:]), value))
+    return torch.cat(parts, 1)
+
+
+@dataclass
+class Blocks:
+    """Banded attention over a long sequence (T = length), computed block by block:
+    queries in blocks of `size` positions, each block against the keys from `reach`
+    positions before its first query through its last query. When every key a query may
+    attend lies in that span (reach >= window - 1 + how far a query's limit lies before
+    it), the result equals dense attention under the same mask, at T x (size + reach)
+    scores instead of T x T: what lets training run on sequences many windows long.
+    Queries and keys share positions (a training sequence: no cache)."""
+
+    size: int
+    reach: int
+    length: int
+    mask: Tensor | None = None  # (B * n_blocks, 1, size, size + reach)
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.length // self.size)
+
+    def queries(self, x: Tensor, fill=0) -> Tensor:
+        """(B, T, ...) -> (B * n_blocks, size, ...)"""
+        x = _pad_positions(x, 0, self.n_blocks * self.size - self.length, fill)
+        return x.reshape(x.shape[0] * self.n_blocks, self.size, *x.shape[2:])
+
+    def keys(self, x: Tensor, fill=0) -> Tensor:
+        """(B, T, ...) -> (B * n_blocks, reach + size, ...): block j's keys are positions
+        j * size - reach .. (j + 1) * size - 1 (fill before 0 and past T)."""
+        x = _pad_positions(x, self.reach, self.n_blocks * self.size - self.length, fill)
+        span = self.reach + self.size
+        windows = x.unfold(1, span, self.size).movedim(-1, 2)  # (B, n_blocks, span, ...)
+        return windows.reshape(-1, span, *x.shape[2:])
+
+    def merge(self, y: Tensor) -> Tensor:
+        """(B * n_blocks, size, ...) -> (B, T, ...)"""
+        y = y.reshape(-1, self.n_blocks * self.size, *y.shape[2:])
+        return y[:, : self.length]
+
+    def masked(self, query_limit: Tensor, valid: Tensor, key_position: Tensor, window: int):
+        """These blocks with attention_mask's mask, from (B, T) query limits and validity
+        and (B, T) key positions (-1: no key)."""
+        key_position = self.keys(key_position, -1)
+        mask = attention_mask(
+            self.queries(query_limit), self.queries(valid, False), key_position,
+            key_position >= 0, window,
+        )  # fmt: skip
+        return replace(self, mask=mask)
 
 
 class Rotary(nn.Module):
@@ -258,22 +324,27 @@ class Attention(nn.Module):
         query_rope: tuple[Tensor, Tensor],
         state: tuple[Tensor, ...],
         key_rope: tuple[Tensor, Tensor],
-        mask: Tensor,
+        mask: Tensor | Blocks,
     ) -> Tensor:
         """x (B, T, D) queries; state: kv_state of S keys (earlier ones included); rotary
-        tables of the query and key positions; mask (B, 1, T, S). Returns (B, T, D)."""
-        batch, length, width = x.shape
+        tables of the query and key positions; mask (B, 1, T, S), or Blocks (S = T)
+        carrying the mask of its blocks. Returns (B, T, D)."""
+        batch, length, _ = x.shape
         q = Rotary.rotate(self.query(x).view(batch, length, self.n_heads, -1), query_rope)
-        q = q.transpose(1, 2)  # (B, H, T, hd)
         if self.latent:
             latent = state[0]
             key = self.key_up(latent).view(batch, latent.shape[1], self.n_heads, -1)
-            k = Rotary.rotate(key, key_rope).transpose(1, 2)  # (B, H, S, hd)
-            v = self._heads(self.value_up(latent))
+            k = Rotary.rotate(key, key_rope).flatten(2)  # (B, S, D)
+            v = self.value_up(latent)
         else:
-            k, v = self._heads(state[0]), self._heads(state[1])
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, hd)
-        return self.out(y.transpose(1, 2).reshape(batch, length, width))  # (B, T, D)
+            k, v = state
+        blocks = mask if isinstance(mask, Blocks) else None
+        if blocks is not None:  # batch rows become (row, block) pairs
+            q, k, v, mask = blocks.queries(q), blocks.keys(k), blocks.keys(v), blocks.mask
+        q = q.transpose(1, 2)  # (B, H, T, hd)
+        y = F.scaled_dot_product_attention(q, self._heads(k), self._heads(v), attn_mask=mask)
+        y = y.transpose(1, 2).flatten(2)  # (B, T, D)
+        return self.out(y if blocks is None else blocks.merge(y))
 
 
 class _MaskMultiply(torch.autograd.Function):
@@ -437,6 +508,20 @@ class ModelCache:
         self.query_position[rows] = -1
         self.key_position[rows] = -1
 
+    def absorb(self, source: ModelCache) -> None:
+        """Store into this cache (just reset; batch row b of both is one student) the
+        entries of `source` at the newest `self.size` positions of each side: how a state
+        built over a long history in a large temporary cache moves into a smaller ring."""
+        for (source_position, source_states), (position, states) in zip(
+            source.groups(), self.groups(), strict=True
+        ):
+            newest = source_position.max(1, keepdim=True).values
+            kept = source_position.masked_fill(source_position <= newest - self.size, -1)
+            where = self.place(kept)
+            self.store(position, kept, where, self.rows)
+            for target, new in zip(states, source_states, strict=True):
+                self.store(target, new, where, self.rows)
+
 
 # ---------------------------------------------------------------------------------------
 # layers
@@ -540,6 +625,9 @@ class SAINT(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.decoder_norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, 1)
+        # queries per block of banded attention on long sequences (0: the window); a
+        # speed setting only, the result is the same (see Blocks)
+        self.attention_block = 0
         self.apply(self._init_weights)
         if rasch:
             # as AKT: every question starts as its tags' average (difficulty 0), and the
@@ -576,7 +664,12 @@ class SAINT(nn.Module):
         if self.config.question_embedding == "id":
             x = x + self.question_embed(question)
         if self.config.difficulty_buckets:
-            x = x + self.difficulty_embed(self.question_difficulty[question])
+            # training batches carry each row's bucket from other students' answers
+            # (common.difficulty.out_of_fold_buckets); otherwise the question's bucket
+            bucket = batch.get("difficulty")
+            if bucket is None:
+                bucket = self.question_difficulty[question]
+            x = x + self.difficulty_embed(bucket)
         if self.config.n_tags:
             tags = self.question_tags[question]  # (B, T, max_tags)
             present = tags != self.config.n_tags
@@ -626,6 +719,19 @@ class SAINT(nn.Module):
                 x = x + self.question_embed(question) * variation
         return x
 
+    def _blocks(self, batch: dict[str, Tensor]) -> Blocks | None:
+        """Blocks for a sequence long enough that banded attention by blocks is cheaper
+        than dense (a training sequence; its keys share the queries' positions); None
+        otherwise. A query's keys reach window - 1 positions before its limit, which is
+        at most the task container's length before the query itself."""
+        position, length = batch["position"], batch["position"].shape[1]
+        if batch["key_position"].shape != position.shape:
+            return None
+        size = self.attention_block or self.config.window
+        behind = (position - batch["query_limit"]).masked_fill(~batch["valid"], 0)
+        reach = self.config.window - 1 + int(behind.max()) if length else 0
+        return Blocks(size, reach, length) if length > size + reach else None
+
     def empty_cache(self, rows: int, size: int | None = None) -> ModelCache:
         """A ring cache for `rows` students; size defaults to twice the window (room for
         a pass of up to `window` new positions)."""
@@ -654,8 +760,13 @@ class SAINT(nn.Module):
             cache.store(cache.query_position, q_pos, q_where, cache.rows)
             cache.store(cache.key_position, k_pos, k_where, cache.rows)
             all_q, all_k = cache.read(cache.query_position), cache.read(cache.key_position)
-        causal = attention_mask(position, valid, all_q, all_q >= 0, window)
-        container = attention_mask(batch["query_limit"], valid, all_k, all_k >= 0, window)
+        blocks = self._blocks(batch) if cache is None else None
+        if blocks is None:
+            causal = attention_mask(position, valid, all_q, all_q >= 0, window)
+            container = attention_mask(batch["query_limit"], valid, all_k, all_k >= 0, window)
+        else:
+            causal = blocks.masked(position, valid, all_q, window)
+            container = blocks.masked(batch["query_limit"], valid, all_k, window)
         query_rope = self.rotary.table(position)
         key_rope = self.rotary.table(key_position)
         # standard attention stores keys rotated; latent attention rotates all at use

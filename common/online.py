@@ -10,11 +10,14 @@ common.features.QuestionSequences, filled only from what the API reveals:
       (prior_question_elapsed_time / prior_question_had_explanation).
 Model inputs are then built by the same `step_inputs` as training and validation.
 
-Students active in the stream also keep the model's key/value cache (common/model.py) so
-a new container costs only its own positions. Caches live in a pool (up to
-cache_students entries) with LRU eviction; an evicted student is rebuilt from their ring
-(the last `window` questions as one block), which is exact for students that were never
-evicted and a close approximation otherwise (reported in the metrics as rebuilds).
+The rings hold the model's receptive field (common/model.py: the latest questions a
+prediction can depend on) plus room for the incoming container. Students active in the
+stream also keep the model's key/value cache so a new container costs only its own
+positions; a student's cache is built from the receptive field's questions before their
+first container in the stream, so every prediction is the same function of the history
+as in training and validation, wherever the stream began. Caches live in a pool (up to
+cache_students entries) with LRU eviction; an evicted student's cache is built again the
+same way from their ring, which gives the same predictions (reported as rebuilds).
 
 Several containers of one student inside one group (the emulator never does this) are
 merged into one container: none of their outcomes is known before all are predicted.
@@ -44,7 +47,7 @@ from common.model import SAINT, ModelCache
 from common.predict import to_tensors
 from common.schema import QUESTION
 
-RING_EXTRA = 16  # ring slack beyond the window: room for the incoming container
+RING_EXTRA = 16  # ring slack beyond the receptive field: room for the incoming container
 # Per student besides the rings: n_items, last_first, last_timestamp, session_start,
 # key_from, cache_index (int64) and built (bool); and the slot_of dict entry with its two
 # Python ints (measured with tracemalloc: ~116 B; 128 keeps the estimate conservative).
@@ -73,16 +76,16 @@ class StateMemoryError(RuntimeError):
 
 @dataclass
 class Snapshot:
-    """Each known student's last `window` questions (positions n_items - window ..
+    """Each known student's last `length` questions (positions n_items - length ..
     n_items - 1; entries before position 0 unused) and where their history stands."""
 
     users: np.ndarray  # (n,) int64
     n_items: np.ndarray  # (n,) int64 questions answered so far
     last_first: np.ndarray  # (n,) int64 position of the last container's first question
-    fields: dict[str, np.ndarray]  # name -> (n, window)
+    fields: dict[str, np.ndarray]  # name -> (n, length)
 
     @property
-    def window(self) -> int:
+    def length(self) -> int:
         return next(iter(self.fields.values())).shape[1]
 
     def save(self, path) -> None:
@@ -106,15 +109,16 @@ class Snapshot:
 
 
 def build_snapshot(
-    sequences: QuestionSequences, users: np.ndarray, length: np.ndarray, window: int
+    sequences: QuestionSequences, users: np.ndarray, length: np.ndarray, keep_last: int
 ) -> Snapshot:
-    """Snapshot of questions [0, length[s]) of every student s with length > 0.
+    """Snapshot of questions [0, length[s]) of every student s with length > 0, keeping
+    the last `keep_last` of them (a model's receptive_field).
 
     The last container's elapsed time and explanation flag are blanked: the API reveals
     them only with the student's next container."""
     keep = np.flatnonzero(length > 0)
     n_items = length[keep].astype(np.int64)
-    positions = n_items[:, None] - window + np.arange(window)  # (n, W)
+    positions = n_items[:, None] - keep_last + np.arange(keep_last)  # (n, L)
     index = sequences.offsets[keep][:, None] + np.clip(positions, 0, None)
     fields = {name: getattr(sequences, name)[index] for name in SEQUENCE_FIELDS}
     last_first = fields["container_first"][:, -1].astype(np.int64)
@@ -158,8 +162,8 @@ class OnlineState:
     ):
         self.model = model.eval()
         self.config = model.config
-        self.window = model.config.window
-        self.ring = self.window + RING_EXTRA
+        self.context = model.config.receptive_field
+        self.ring = self.context + RING_EXTRA
         self.parts = parts
         self.device = device
         self.slot_of: dict[int, int] = {}
@@ -214,15 +218,15 @@ class OnlineState:
         self.capacity = capacity
 
     def _load_snapshot(self, snapshot: Snapshot) -> None:
-        if snapshot.window < self.window:
+        if snapshot.length < self.context:
             raise ValueError(
-                f"snapshot keeps {snapshot.window} questions per student, the model's window "
-                f"is {self.window}"
+                f"snapshot keeps {snapshot.length} questions per student, the model's "
+                f"receptive field is {self.context}"
             )
         n = len(snapshot.users)
         slots = np.arange(n)
         self.slot_of = dict(zip(snapshot.users.tolist(), slots.tolist(), strict=True))
-        positions = snapshot.n_items[:, None] - snapshot.window + np.arange(snapshot.window)
+        positions = snapshot.n_items[:, None] - snapshot.length + np.arange(snapshot.length)
         valid = positions >= 0
         rows, cols = np.nonzero(valid)
         for name, values in snapshot.fields.items():
@@ -409,12 +413,13 @@ class OnlineState:
         return torch.sigmoid(logits.float()).cpu().numpy()
 
     def _build(self, slots: np.ndarray, start: np.ndarray) -> None:
-        """Encode each student's last `window` questions before `start` as one block
-        (the state a continuing student starts from)."""
+        """Encode each student's last `receptive_field` questions before `start` (the
+        state a continuing student starts from), in a temporary cache that holds them
+        all, then keep the newest entries in the students' pool rows."""
         self.builds += int((start > 0).sum())
         self.rebuilds += int(self.built[slots].sum())
         self.built[slots] = True
-        block_start = np.maximum(start - self.window, 0)
+        block_start = np.maximum(start - self.context, 0)
         has_history = start > 0
         previous_first = self.rings["container_first"][slots, (start - 1) % self.ring]
         last_first = np.where(has_history, np.maximum(previous_first, block_start), block_start)
@@ -435,8 +440,10 @@ class OnlineState:
             key_count,
             self.config.n_questions,
         )
-        with torch.no_grad():  # into the (just reset) pool rows, as a step does
-            self.model(to_tensors(inputs, self.device), self.pool.view(index))
+        block = self.model.empty_cache(len(slots), self.context)
+        with torch.no_grad():
+            self.model(to_tensors(inputs, self.device), block)
+        self.pool.view(index).absorb(block)
 
 
 class CachePool:

@@ -66,18 +66,24 @@ def reliability_figure(
 
 
 def training_curves_figure(path: Path, histories: dict[int, pd.DataFrame]) -> None:
-    """Train and valid loss, and valid AUC, per epoch for each fold (03's history.csv)."""
+    """Per epoch for each fold (03's history.csv): the training loss, and the loss and AUC
+    of the inner validation split (which selects the model by default) and of the fold's
+    validation rows (logged only, unless 03 ran with --select-on fold)."""
     figure, (loss_ax, auc_ax) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    styles = {"train": "-", "inner": "--", "fold": ":"}
     for k, history in sorted(histories.items()):
         color = f"C{k % 10}"
         epoch = history["epoch"]
-        loss_ax.plot(epoch, history["train_loss"], "-", marker="o", color=color, ms=3)
-        loss_ax.plot(epoch, history["valid_loss"], "--", marker="s", color=color, ms=3)
-        auc_ax.plot(epoch, history["valid_auc"], "-", marker="o", color=color, ms=3)
+        for split, style in styles.items():
+            loss_ax.plot(epoch, history[f"{split}_loss"], style, marker="o", color=color, ms=3)
+            if split != "train":
+                auc_ax.plot(epoch, history[f"{split}_auc"], style, marker="o", color=color, ms=3)
         loss_ax.plot([], [], "-", color=color, label=f"fold {k}")
         auc_ax.plot([], [], "-", color=color, label=f"fold {k}")
-    loss_ax.plot([], [], "-", color="black", label="train")
-    loss_ax.plot([], [], "--", color="black", label="valid")
+    for split, style in styles.items():
+        loss_ax.plot([], [], style, color="black", label=split)
+        if split != "train":
+            auc_ax.plot([], [], style, color="black", label=f"{split} validation")
     loss_ax.set(xlabel="epoch", ylabel="binary cross-entropy", title="Loss")
     auc_ax.set(xlabel="epoch", ylabel="ROC AUC", title="Validation AUC (03_train)")
     for ax in (loss_ax, auc_ax):

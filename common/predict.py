@@ -1,11 +1,12 @@
 """Teacher-forced, batched prediction of validation tails with the full history as context.
 
-Each student's prediction runs exactly as the online state does (common/stream.py), only
-batched over students and over many containers at once: the last `window` history
-questions are encoded as one block (the state a continuing student starts from), then
-the validation questions follow in chunks of whole containers, each attending to the
-cached keys of the `window` questions before it. Predictions therefore equal streaming
-predictions for the same rows (tested).
+Each student's prediction runs exactly as the online state does (common/online.py), only
+batched over students and over many containers at once: the state starts at the
+student's last `receptive_field` history questions (common/model.py: all a prediction
+can depend on) and moves through them, then through the validation questions, in chunks
+of whole containers, each attending to the cached keys of the `window` questions before
+it. Predictions therefore equal streaming predictions for the same rows (tested), and
+equal what a forward pass over the student's whole history gives.
 """
 
 from __future__ import annotations
@@ -28,33 +29,34 @@ def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, 
 
 @dataclass
 class Plan:
-    """One student's steps: a block over the history's last window, then chunks."""
+    """One student's steps: chunks through the history's last receptive field, then
+    through the questions to predict."""
 
     session_start: int
     steps: list[tuple[int, int, int, int]]  # (query_from, query_count, key_from, key_count)
 
 
 def plan_student(
-    container_first: np.ndarray, history: int, end: int, window: int, chunk: int
+    container_first: np.ndarray, history: int, end: int, context: int, chunk: int
 ) -> Plan:
     """container_first: the student's (n,) container-start positions. Questions
-    [history, end) are to be predicted after the history [0, history)."""
-    start = max(0, history - window)
+    [history, end) are to be predicted after the history [0, history). The state starts
+    `context` questions before them (or at 0) and moves through the history, then through
+    the questions to predict, in chunks of whole containers (at most `chunk` questions,
+    unless one container is longer; a chunk never straddles `history`); a step's keys
+    run up to the first question of its last container."""
+    start = max(0, history - context)
     steps = []
-    key_from = start
-    if history > 0:
-        last_first = max(int(container_first[history - 1]), start)
-        steps.append((start, history - start, start, last_first - start + 1))
-        key_from = last_first + 1
-    position = history
+    key_from = position = start
     while position < end:
-        stop = min(position + chunk, end)
+        limit = history if position < history else end
+        stop = min(position + chunk, limit)
         # a chunk holds whole containers: move the stop back to a container start
-        while stop < end and container_first[stop] != stop and stop > position + 1:
+        while stop < limit and container_first[stop] != stop and stop > position + 1:
             stop -= 1
-        while stop < end and container_first[stop] != stop:
+        while stop < limit and container_first[stop] != stop:
             stop += 1  # a single container longer than the chunk
-        last_first = int(container_first[stop - 1])
+        last_first = max(int(container_first[stop - 1]), start)
         steps.append((position, stop - position, key_from, last_first - key_from + 1))
         key_from, position = last_first + 1, stop
     return Plan(start, steps)
@@ -86,7 +88,7 @@ def predict_tails(
     plans = []
     for s, h, e in zip(students, history, end, strict=True):
         cf = sequences.container_first[sequences.offsets[s] : sequences.offsets[s + 1]]
-        plans.append(plan_student(cf, int(h), int(e), window, chunk))
+        plans.append(plan_student(cf, int(h), int(e), model.config.receptive_field, chunk))
     queue = list(np.argsort([-len(p.steps) for p in plans], kind="stable"))[::-1]
     rows = min(batch_size, len(plans))
     member = np.full(rows, -1, dtype=np.int64)  # index into plans, -1 idle

@@ -1,11 +1,23 @@
-"""Training loop for 03_train.py: windows, optimizer and schedule, validation,
-self-describing checkpoints, resume, early stopping, DistributedDataParallel.
+"""Training loop for 03_train.py: training sequences, optimizer and schedule, validation
+and model selection, self-describing checkpoints, resume, early stopping,
+DistributedDataParallel.
 
-Windows: a student's training questions are cut into consecutive windows of `window`
-questions, with the cut points shifted by a random offset each epoch (the first window
-is the shorter one), so each question is trained on exactly once per epoch and sits at a
-different place in its window from epoch to epoch. Students shorter than a window give
-one padded window; padding is masked out of attention and loss.
+Training sequences: a student's training questions are cut into consecutive spans
+(`span` questions, 4 receptive fields by default), with the cut points shifted by a
+random offset each epoch, so each question is trained on exactly once per epoch. Each
+span is preceded by the model's receptive field of earlier questions as context, outside
+the loss (epoch_spans): every trained prediction is made from the same state that
+teacher-forced validation and streaming predict from, the student's last
+`receptive_field` questions (or the whole history when shorter), whatever the history's
+length (common/model.py: attention is banded to the window, so sequences longer than it
+are exact and cost little more per question). Batches hold `batch_size` windows' worth
+of trained questions (a span of L questions counts as ceil(L / window) windows), so a
+step sees as many questions as SAINT's batch of 512 windows.
+
+Model selection: with --select-on inner (the default) early stopping and best.pt are
+chosen on an inner validation split carved from the fold's training students
+(common.folds.inner_cut), so the fold's validation rows are scored by a model neither
+trained nor selected on them; the fold's AUC is still logged every epoch.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ from tqdm import tqdm
 from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
 from common.features import QuestionSequences, build_sequences, window_inputs
 from common.files import atomic_file, write_json, write_run_record
-from common.folds import Fold
+from common.folds import Fold, fold_fingerprint, inner_cut
 from common.model import MODEL_PRESETS, SAINT, ModelConfig
 from common.predict import predict_tails, to_tensors
 
@@ -43,8 +55,13 @@ class TrainConfig:
     epochs: int = 20
     batch_size: int = 512  # SAINT's batch size
     micro_batch: int = 0  # windows per forward pass; 0: 64 on CPU, the whole batch on CUDA
+    # questions trained on per training sequence; 0: 4 x the model's receptive field (each
+    # sequence also carries one receptive field of context outside the loss)
+    span: int = 0
     lr: float = 1e-3
-    warmup: int = 4000  # steps; SAINT's Noam warm-up
+    # warm-up steps; 0: a tenth of the run's steps, at most SAINT's 4,000 (which assumes
+    # Riiid's ~3,000 steps per epoch: on a small data set it would never end)
+    warmup: int = 0
     schedule: str = "noam"  # "noam" (warm-up, then 1/sqrt(step)) or "cosine"
     weight_decay: float = 0.01
     grad_clip: float = 1.0
@@ -65,7 +82,9 @@ class TrainConfig:
     device: str = "auto"
     amp: str = "auto"  # auto: bf16 (or fp16) autocast on CUDA, off on CPU
     resume: bool = False
-    patience: int = 3  # epochs without a better validation AUC before stopping
+    patience: int = 3  # epochs without a better selection AUC before stopping
+    select_on: str = "inner"  # "inner": an inner split of the training students; "fold"
+    inner_share: float = 0.1  # share of training students in the inner validation split
     valid_batch_size: int = 256
     progress: bool = True
     teacher: str | None = None  # knowledge distillation (common/distill.py)
@@ -112,67 +131,147 @@ class TrainConfig:
 
 
 @dataclass
+class Tails:
+    """Validation tails: questions [history[i], end[i]) of students[i], each predicted
+    after that student's questions [0, history[i])."""
+
+    students: np.ndarray
+    history: np.ndarray
+    end: np.ndarray
+
+    @classmethod
+    def between(cls, history: np.ndarray, end: np.ndarray) -> Tails:
+        """The tails of every student with questions between history and end."""
+        students = np.flatnonzero(history < end)
+        return cls(students, history[students], end[students])
+
+    def flat_index(self, sequences: QuestionSequences) -> np.ndarray:
+        """Flat sequence indices of the tails' questions, student by student."""
+        count = self.end - self.history
+        before = np.cumsum(count) - count  # entries of the earlier students
+        first = np.repeat(sequences.offsets[self.students] + self.history - before, count)
+        return first + np.arange(count.sum())
+
+    def labels(self, sequences: QuestionSequences) -> np.ndarray:
+        return sequences.response[self.flat_index(sequences)].astype(np.float32)
+
+
+@dataclass
 class FoldData:
-    """A fold's question sequences and where each student's validation tail starts."""
+    """A fold's question sequences, where each student's validation tail starts, and what
+    the model trains on."""
 
     sequences: QuestionSequences
-    train_length: np.ndarray  # (n_students,) questions before the cut
-    valid_students: np.ndarray  # students with validation questions
+    train_length: np.ndarray  # (n_students,) questions before the fold's cut
     n_questions: int
     questions: pd.DataFrame | None = None  # questions.parquet (tags for --tags)
+    # (n_students,) questions the model trains on: train_length, or less for the students
+    # of an inner validation split (common.folds.inner_cut); None: train_length
+    fit_length: np.ndarray | None = None
+    fingerprint: dict | None = None  # common.folds.fold_fingerprint
+
+    def __post_init__(self) -> None:
+        if self.fit_length is None:
+            self.fit_length = self.train_length
+
+    @property
+    def fold_tails(self) -> Tails:
+        """The fold's validation questions (what 04 streams and 05 scores)."""
+        return Tails.between(self.train_length, self.sequences.lengths())
+
+    @property
+    def inner_tails(self) -> Tails:
+        """The inner validation questions: training questions of the fold held out from
+        the model's training (empty without an inner split)."""
+        return Tails.between(self.fit_length, self.train_length)
+
+    @property
+    def valid_students(self) -> np.ndarray:
+        return self.fold_tails.students
 
     @property
     def valid_history(self) -> np.ndarray:
-        return self.train_length[self.valid_students]
+        return self.fold_tails.history
 
     @property
     def valid_end(self) -> np.ndarray:
-        return self.sequences.lengths()[self.valid_students]
+        return self.fold_tails.end
 
     def valid_labels(self) -> np.ndarray:
-        seq = self.sequences
-        index = np.concatenate(
-            [
-                np.arange(seq.offsets[s] + h, seq.offsets[s + 1])
-                for s, h in zip(self.valid_students, self.valid_history, strict=True)
-            ]
-            or [np.zeros(0, dtype=np.int64)]
-        )
-        return seq.response[index].astype(np.float32)
+        return self.fold_tails.labels(self.sequences)
 
 
-def load_fold_data(output_dir: str | Path, fold_index: int) -> FoldData:
+def load_fold_data(
+    output_dir: str | Path, fold_index: int, inner_share: float = 0.0, seed: int = 0
+) -> FoldData:
+    """Fold `fold_index` of `<output_dir>/data` and `<output_dir>/folds`; with
+    inner_share > 0 an inner validation split is carved from its training students
+    (seeded by seed and the fold), mixing new and continuing students as the fold's own
+    validation students do."""
     data_dir = Path(output_dir) / DATA_SUBDIR
     arrays = TrainArrays.load(data_dir)
     questions = load_questions(data_dir)
     sequences = build_sequences(arrays, question_parts(questions))
     fold = Fold.load(output_dir, fold_index)
     cut_row = arrays.offsets[:-1] + fold.user_cut
-    train_length = np.searchsorted(sequences.row, cut_row) - sequences.offsets[:-1]
-    has_valid = train_length < sequences.lengths()
+    train_length = (np.searchsorted(sequences.row, cut_row) - sequences.offsets[:-1]).astype(
+        np.int64
+    )
+    fit_length = None
+    if inner_share > 0:
+        validating = train_length < sequences.lengths()
+        new_share = float((train_length[validating] == 0).mean()) if validating.any() else 0.0
+        rng = np.random.default_rng([seed, fold_index, 1])
+        fit_length = inner_cut(
+            sequences.container_first, sequences.offsets, train_length, inner_share, new_share, rng
+        )
     return FoldData(
         sequences=sequences,
-        train_length=train_length.astype(np.int64),
-        valid_students=np.flatnonzero(has_valid),
+        train_length=train_length,
         n_questions=int(questions["question_id"].max()) + 1,
         questions=questions,
+        fit_length=fit_length,
+        fingerprint=fold_fingerprint(output_dir, fold_index),
     )
 
 
-def epoch_windows(
-    train_length: np.ndarray, window: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(student, start, length) of this epoch's windows, shuffled."""
-    shift = rng.integers(0, window, size=len(train_length))
-    shift = np.where(train_length > window, shift, 0)
-    # window j of a student spans [max(0, j*W - shift), min(n, (j+1)*W - shift))
-    count = np.where(train_length > 0, (train_length + shift + window - 1) // window, 0)
+def epoch_spans(
+    train_length: np.ndarray, span: int, context: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(student, start, begin, stop) of this epoch's training sequences, shuffled.
+
+    Each student's questions [0, train_length) are cut into consecutive spans of `span`
+    questions, the cut points shifted by a random offset each epoch (the first span is the
+    shorter one), so each question is trained on exactly once per epoch. A sequence runs
+    from `start` = max(0, begin - context) to `stop` and is trained on [begin, stop): the
+    `context` questions before a span are its context only, so every trained position has
+    the whole receptive field behind it (or the student's whole history), the state that
+    validation and streaming predict from."""
+    shift = rng.integers(0, span, size=len(train_length))
+    shift = np.where(train_length > span, shift, 0)
+    # span j of a student covers [max(0, j*L - shift), min(n, (j+1)*L - shift))
+    count = np.where(train_length > 0, (train_length + shift + span - 1) // span, 0)
     student = np.repeat(np.arange(len(train_length)), count)
     j = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-    begin = np.maximum(0, j * window - shift[student])
-    stop = np.minimum(train_length[student], (j + 1) * window - shift[student])
+    begin = np.maximum(0, j * span - shift[student])
+    stop = np.minimum(train_length[student], (j + 1) * span - shift[student])
+    start = np.maximum(0, begin - context)
     order = rng.permutation(len(student))
-    return student[order], begin[order], (stop - begin)[order]
+    return student[order], start[order], begin[order], stop[order]
+
+
+def batch_bounds(weight: np.ndarray, budget: int, least: int = 1) -> list[slice]:
+    """Consecutive batches of items with these weights, each closed once it holds
+    `budget` weight and at least `least` items; the last one may be smaller."""
+    bounds, lo, total = [], 0, 0
+    for i, w in enumerate(weight.tolist()):
+        total += w
+        if total >= budget and i + 1 - lo >= least:
+            bounds.append(slice(lo, i + 1))
+            lo, total = i + 1, 0
+    if lo < len(weight):
+        bounds.append(slice(lo, len(weight)))
+    return bounds
 
 
 # ---------------------------------------------------------------------------------------
@@ -385,17 +484,30 @@ def _process_alive(pid: int) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-def lr_factor(step: int, config: TrainConfig, total_steps: int) -> float:
+WARMUP_SHARE = 0.1  # automatic warm-up: this share of the run's steps ...
+WARMUP_MAX = 4000  # ... at most SAINT's warm-up
+
+
+def warmup_steps(requested: int, total_steps: int) -> int:
+    """The warm-up: `requested` steps, or (0) a tenth of the run, at most 4,000 steps."""
+    if requested > 0:
+        return requested
+    return max(1, min(WARMUP_MAX, round(WARMUP_SHARE * total_steps)))
+
+
+def lr_factor(step: int, schedule: str, warmup: int, total_steps: int) -> float:
+    """The learning rate's multiplier at optimizer step `step` (1-based): a linear warm-up
+    to 1 at step `warmup`, then 1 / sqrt(step) (noam) or a cosine to 0 at total_steps."""
     step = max(step, 1)
-    warm = max(config.warmup, 1)
-    if config.schedule == "noam":
+    warm = max(warmup, 1)
+    if schedule == "noam":
         return min(step / warm, math.sqrt(warm / step))
-    if config.schedule == "cosine":
+    if schedule == "cosine":
         if step < warm:
             return step / warm
         progress = min((step - warm) / max(total_steps - warm, 1), 1.0)
         return 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"schedule must be noam or cosine, got {config.schedule!r}")
+    raise ValueError(f"schedule must be noam or cosine, got {schedule!r}")
 
 
 def masked_bce(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -405,10 +517,15 @@ def masked_bce(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) 
 
 @dataclass
 class EpochRecord:
+    """One line of history.csv: the inner split's figures select the model (with
+    --select-on inner); the fold's are logged for information (or select, with fold)."""
+
     epoch: int
     train_loss: float
-    valid_loss: float
-    valid_auc: float
+    inner_loss: float
+    inner_auc: float
+    fold_loss: float
+    fold_auc: float
     interactions_per_s: float
     train_seconds: float
     valid_seconds: float
@@ -442,12 +559,26 @@ class Trainer:
 
             check_distill_options(self.config.distill_alpha, self.config.distill_temperature)
             self.teacher = load_teacher(
-                self.config.teacher, self.device, self.model_config, self.config.fold
+                self.config.teacher, self.device, self.model_config, self.data.fingerprint
             )
+        # context before each span: every model that predicts on the batch (a teacher
+        # too) must have its whole receptive field behind each trained position
+        self.context = max(
+            m.config.receptive_field for m in (self.model, self.teacher) if m is not None
+        )
+        self.span = self.config.span or 4 * self.model_config.receptive_field
+        self.selection = self._selection_tails()
+        self.difficulty = None  # per flat question: its difficulty bucket as an input
         if self.config.difficulty_buckets:
-            from common.difficulty import install_difficulty
+            from common.difficulty import install_difficulty, out_of_fold_buckets
 
             install_difficulty(self.model, self.data)
+            self.difficulty = out_of_fold_buckets(
+                self.data.sequences,
+                self.data.fit_length,
+                self.data.n_questions,
+                self.config.difficulty_buckets,
+            )
         if self.config.tags:
             from common.tags import install_tags
 
@@ -471,10 +602,12 @@ class Trainer:
             lr=self.config.lr,
             betas=(0.9, 0.98),  # Vaswani et al.'s Adam betas for warm-up schedules
         )
-        steps_per_epoch = self._steps_per_epoch()
-        total = steps_per_epoch * self.config.epochs
+        total = len(self.epoch_batches(0)[1]) * self.config.epochs
+        self.warmup = warmup_steps(self.config.warmup, total)
+        self.total_steps = total
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: lr_factor(step + 1, self.config, total)
+            self.optimizer,
+            lambda step: lr_factor(step + 1, self.config.schedule, self.warmup, total),
         )
         self.amp_dtype = autocast_dtype(self.config.amp, self.device)
         self.scaler = torch.amp.GradScaler(
@@ -486,10 +619,33 @@ class Trainer:
         self.best_epoch = -1
         self.history: list[dict] = []
 
-    def _steps_per_epoch(self) -> int:
-        lengths = self.data.train_length
-        windows = int(((lengths + self.config.window - 1) // self.config.window).sum())
-        return max(1, math.ceil(windows / self.dist.world / self.config.batch_size))
+    def _selection_tails(self) -> Tails:
+        if self.config.select_on not in ("inner", "fold"):
+            raise ValueError(f"select_on must be inner or fold, got {self.config.select_on!r}")
+        tails = self.data.inner_tails if self.config.select_on == "inner" else self.data.fold_tails
+        if self.config.select_on == "inner" and len(tails.students) == 0:
+            raise ValueError(
+                "select_on inner needs an inner validation split, and this fold data has "
+                "none (load it with inner_share > 0, or select on the fold)"
+            )
+        return tails
+
+    def epoch_batches(
+        self, epoch: int
+    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], list[np.ndarray]]:
+        """This epoch's training sequences (epoch_spans) and, per optimizer step, the
+        indices of this rank's sequences: every rank takes the same number of steps, of
+        batch_size windows' worth of trained questions each."""
+        rng = np.random.default_rng([self.config.seed, epoch])
+        spans = epoch_spans(self.data.fit_length, self.span, self.context, rng)
+        _, _, begin, stop = spans
+        windows = -(-(stop - begin) // self.model_config.window)
+        world, rank = self.dist.world, self.dist.rank
+        bounds = batch_bounds(windows, self.config.batch_size * world, least=world)
+        # only a last, short batch can hold fewer sequences than ranks: none takes it
+        whole = [b for b in bounds if b.stop - b.start >= world]
+        steps = [np.arange(b.start, b.stop)[rank::world] for b in whole]
+        return spans, steps
 
     # -- checkpoints -------------------------------------------------------------------
     def checkpoint_payload(self) -> dict:
@@ -505,6 +661,8 @@ class Trainer:
             "best_auc": self.best_auc,
             "best_epoch": self.best_epoch,
             "fold": self.config.fold,
+            "fold_fingerprint": self.data.fingerprint,
+            "selected_on": self.config.select_on,
             "history": self.history,
             "rng_state": rng_state(),
             "teacher": None
@@ -533,6 +691,13 @@ class Trainer:
                 f"{path} was trained with another model config (key: checkpoint vs this run) "
                 f"{differences}; resume with the same flags or start in another --output-dir"
             )
+        recorded_folds = checkpoint.get("fold_fingerprint")
+        if self.data.fingerprint is not None and recorded_folds != self.data.fingerprint:
+            raise CheckpointError(
+                f"{path} was trained on other folds (fingerprint "
+                f"{(recorded_folds or {}).get('sha256')}) than those on disk now "
+                f"({self.data.fingerprint['sha256']}); start in another --output-dir"
+            )
         self._note_train_config_changes(path, checkpoint.get("train_config", {}))
         self.model.load_state_dict(checkpoint["model_state"])
         self.optimizer.load_state_dict(checkpoint["optimizer_state"])
@@ -552,8 +717,9 @@ class Trainer:
         """Print which settings that shape the trajectory differ from the checkpoint's
         (a resumed run then differs from an uninterrupted one)."""
         shaping = (
-            "batch_size", "micro_batch", "lr", "warmup", "schedule", "weight_decay",
+            "batch_size", "micro_batch", "span", "lr", "warmup", "schedule", "weight_decay",
             "grad_clip", "seed", "amp", "teacher", "distill_alpha", "distill_temperature",
+            "select_on", "inner_share",
         )  # fmt: skip
         current = asdict(self.config)
         changed = dict_differences(
@@ -577,43 +743,49 @@ class Trainer:
     # -- one epoch ---------------------------------------------------------------------
     def train_epoch(self) -> tuple[float, float, float]:
         config = self.config
-        rng = np.random.default_rng([config.seed, self.epoch])
-        student, start, length = epoch_windows(self.data.train_length, config.window, rng)
-        # every rank takes the same number of batches (DDP steps in lockstep)
-        per_rank = len(student) // self.dist.world
-        if self.dist.world > 1:
-            pick = slice(self.dist.rank, per_rank * self.dist.world, self.dist.world)
-            student, start, length = student[pick], start[pick], length[pick]
+        (student, start, begin, stop), steps = self.epoch_batches(self.epoch)
         self.train_model.train()
         total_loss, total_count = 0.0, 0
-        begin = time.perf_counter()
-        batches = range(0, len(student), config.batch_size)
+        clock = time.perf_counter()
         bar = tqdm(
-            batches,
+            steps,
             desc=f"epoch {self.epoch + 1}",
             disable=not (config.progress and self.dist.main),
             leave=False,
         )
-        for lo in bar:
-            part = slice(lo, lo + config.batch_size)
-            inputs = window_inputs(
-                self.data.sequences,
-                student[part],
-                start[part],
-                length[part],
-                self.data.n_questions,
-            )
-            batch = to_tensors(inputs, self.device)
+        for index in bar:
+            batch = to_tensors(self.batch_inputs(student, start, begin, stop, index), self.device)
             loss, count = self.train_step(batch)
             total_loss += loss * count
             total_count += count
-            seconds = time.perf_counter() - begin
+            seconds = time.perf_counter() - clock
             bar.set_postfix(
                 loss=f"{total_loss / max(total_count, 1):.4f}",
                 rate=f"{total_count * self.dist.world / seconds:,.0f}/s",
             )
-        seconds = time.perf_counter() - begin
+        seconds = time.perf_counter() - clock
         return total_loss / max(total_count, 1), total_count * self.dist.world / seconds, seconds
+
+    def batch_inputs(
+        self,
+        student: np.ndarray,
+        start: np.ndarray,
+        begin: np.ndarray,
+        stop: np.ndarray,
+        index: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Model inputs of training sequences `index`, with "trained": the positions in
+        the loss (from each span's begin; the context before it is not)."""
+        inputs = window_inputs(
+            self.data.sequences,
+            student[index],
+            start[index],
+            stop[index] - start[index],
+            self.data.n_questions,
+            self.difficulty,
+        )
+        inputs["trained"] = inputs["valid"] & (inputs["position"] >= begin[index][:, None])
+        return inputs
 
     def micro_batches(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         """Split a batch for gradient accumulation, each part trimmed to its longest
@@ -648,8 +820,8 @@ class Trainer:
         return parts
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Mean loss over the batch's valid positions."""
-        valid = batch["valid"].float()
+        """Mean loss over the batch's trained positions."""
+        valid = batch["trained"].float()
         with torch.autocast(
             self.device.type,
             dtype=self.amp_dtype or torch.float32,
@@ -672,12 +844,12 @@ class Trainer:
             )
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
-        total = int(batch["valid"].sum())
+        total = int(batch["trained"].sum())
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.micro_batches(batch)
         batch_loss = 0.0
         for i, part in enumerate(parts):
-            weight = float(part["valid"].sum()) / max(total, 1)
+            weight = float(part["trained"].sum()) / max(total, 1)
             last = i == len(parts) - 1
             sync = contextlib.nullcontext()
             if self.dist.world > 1 and not last:
@@ -694,24 +866,50 @@ class Trainer:
         self.step += 1
         return batch_loss, total
 
-    def validate(self) -> tuple[float, float, np.ndarray]:
-        data = self.data
+    def validate(self, tails: Tails) -> tuple[float, float, np.ndarray]:
+        """Log loss, AUC (NaN where undefined) and the probabilities of the teacher-forced
+        predictions of `tails`."""
         probability = predict_tails(
             self.model,
-            data.sequences,
-            data.valid_students,
-            data.valid_history,
-            data.valid_end,
+            self.data.sequences,
+            tails.students,
+            tails.history,
+            tails.end,
             self.device,
             self.config.valid_batch_size,
         )
-        labels = data.valid_labels()
+        labels = tails.labels(self.data.sequences)
         if len(labels) == 0:
             return math.nan, math.nan, probability
         clipped = np.clip(probability, 1e-7, 1 - 1e-7)
         loss = float(-(labels * np.log(clipped) + (1 - labels) * np.log(1 - clipped)).mean())
         auc = roc_auc_score(labels, probability) if 0 < labels.mean() < 1 else math.nan
         return loss, float(auc), probability
+
+    def describe(self) -> str:
+        """What this run trains on and how: printed at the start of fit."""
+        data, config = self.data, self.config
+        inner = data.inner_tails
+        selection = (
+            f"selection on an inner split of {len(inner.students):,} training students "
+            f"({int((inner.end - inner.history).sum()):,} questions, share "
+            f"{config.inner_share:g}); the fold's {len(data.valid_students):,} validation "
+            f"students are logged only"
+            if config.select_on == "inner"
+            else f"selection on the fold's {len(data.valid_students):,} validation students "
+            f"(the rows 04 and 05 score: optimistic)"
+        )
+        warmup = "" if config.warmup else " (automatic: a tenth of the run, at most 4,000)"
+        return (
+            f"{self.model.n_parameters():,} parameters; device {self.device}; "
+            f"{selection}\n"
+            f"sequences: spans of {self.span} questions after {self.context} of context "
+            f"(receptive field {self.model_config.receptive_field}); "
+            f"batches of {config.batch_size} windows' worth of trained questions\n"
+            f"schedule: {config.schedule}, lr {config.lr:g} after a warm-up of "
+            f"{self.warmup:,}{warmup} of {self.total_steps:,} steps "
+            f"({self.total_steps // max(config.epochs, 1):,} per epoch)"
+        )
 
     # -- the loop ----------------------------------------------------------------------
     def fit(self) -> list[dict]:
@@ -724,43 +922,45 @@ class Trainer:
                 "train",
                 asdict(config) | {"model_config": self.model_config.to_dict()},
             )
-            print(
-                f"{self.model.n_parameters():,} parameters; {len(self.data.valid_students):,} "
-                f"validation students; device {self.device}"
-            )
+            print(self.describe())
         while self.epoch < config.epochs:
             if self.best_epoch >= 0 and self.epoch - self.best_epoch > config.patience:
                 break
             train_loss, rate, train_seconds = self.train_epoch()
             self.epoch += 1
-            valid_loss = valid_auc = math.nan
+            inner_loss = inner_auc = fold_loss = fold_auc = math.nan
             valid_seconds = 0.0
             if self.dist.main:
-                begin = time.perf_counter()
-                valid_loss, valid_auc, _ = self.validate()
-                valid_seconds = time.perf_counter() - begin
-            valid_auc = self.dist.broadcast(valid_auc)
+                clock = time.perf_counter()
+                if len(self.data.inner_tails.students):
+                    inner_loss, inner_auc, _ = self.validate(self.data.inner_tails)
+                fold_loss, fold_auc, _ = self.validate(self.data.fold_tails)
+                valid_seconds = time.perf_counter() - clock
+            selected = inner_auc if config.select_on == "inner" else fold_auc
+            selected = self.dist.broadcast(selected)
             record = EpochRecord(
                 self.epoch,
                 train_loss,
-                valid_loss,
-                valid_auc,
+                inner_loss,
+                inner_auc,
+                fold_loss,
+                fold_auc,
                 rate,
                 train_seconds,
                 valid_seconds,
                 self.optimizer.param_groups[0]["lr"],
             )
             self.history.append(asdict(record))
-            improved = not math.isnan(valid_auc) and valid_auc > self.best_auc
+            improved = not math.isnan(selected) and selected > self.best_auc
             if improved:
-                self.best_auc, self.best_epoch = valid_auc, self.epoch
+                self.best_auc, self.best_epoch = selected, self.epoch
             if self.dist.main:
                 self._write_epoch(improved)
                 print(
-                    f"epoch {self.epoch}: train loss {train_loss:.4f}  "
-                    f"valid loss {valid_loss:.4f}  valid AUC {valid_auc:.4f}  "
-                    f"{rate:,.0f} interactions/s  "
-                    f"({train_seconds:.0f}+{valid_seconds:.0f} s)"
+                    f"epoch {self.epoch}: train loss {train_loss:.4f}  inner loss "
+                    f"{inner_loss:.4f} AUC {inner_auc:.4f}  fold loss {fold_loss:.4f} AUC "
+                    f"{fold_auc:.4f}  (selects: {config.select_on})  "
+                    f"{rate:,.0f} interactions/s  ({train_seconds:.0f}+{valid_seconds:.0f} s)"
                 )
             self.dist.barrier()
         return self.history
@@ -789,7 +989,8 @@ def train(config: TrainConfig, output_dir: str | Path) -> list[dict]:
         torch.cuda.set_device(device)
     dist_info.init(device)
     try:
-        data = load_fold_data(output_dir, config.fold)
+        inner_share = config.inner_share if config.select_on == "inner" else 0.0
+        data = load_fold_data(output_dir, config.fold, inner_share, config.seed)
         trainer = Trainer(config, Path(output_dir), data, device, dist_info)
         return trainer.fit()
     finally:

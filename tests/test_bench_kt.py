@@ -8,7 +8,9 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
+from sklearn.metrics import roc_auc_score
 
 from tests.helpers import REPO, SHARED_DATA, shared_file
 
@@ -59,7 +61,10 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     results = list(work.glob("assist2009_pid-keep-akt5-slice40/saint-*/results/fold0.json"))
     assert len(results) == 1, sorted(str(p) for p in work.rglob("*.json"))
     result = json.loads(results[0].read_text())
-    assert 0.0 <= result["scores"]["model"]["auc"] <= 1.0
+    # the model's AUC is that of its own streamed predictions of the fold
+    streamed = pd.read_parquet(results[0].parents[1] / "fold0" / "stream_predictions.parquet")
+    recomputed = roc_auc_score(streamed["answered_correctly"], streamed["prediction"])
+    assert result["scores"]["model"]["auc"] == pytest.approx(recomputed, abs=1e-12)
     assert set(result["scores"]) == {"model", "question rate", "student + question"}
     assert result["stream_rows"] == result["scores"]["model"]["rows"] > 0
     assert len(result["commands"]) == 3

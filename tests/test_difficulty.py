@@ -1,5 +1,6 @@
-"""Question difficulty (common/difficulty.py): training rows only, smoothing, buckets, the
-buffer in the checkpoint, and 03_train.py with --difficulty-buckets."""
+"""Question difficulty (common/difficulty.py): training rows only, smoothing, buckets,
+out-of-fold buckets for the training rows, the buffer in the checkpoint, and
+03_train.py with --difficulty-buckets."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import torch
 
 from common.difficulty import (
     DIFFICULTY_SMOOTHING,
+    OUT_OF_FOLD_GROUPS,
     install_difficulty,
+    out_of_fold_buckets,
     question_difficulty_buckets,
     smoothed_correct_rate,
 )
@@ -97,6 +100,26 @@ def test_rejects_bad_arguments() -> None:
 # on a fold of the demo
 
 
+def test_out_of_fold_buckets_by_hand() -> None:
+    # three students, one per out-of-fold group; training rows then a validation row
+    sequences = sequences_of([[(0, 1), (1, 1), (0, 0)], [(0, 0), (1, 1), (2, 0)], [(0, 1), (2, 1)]])
+    train_length = np.array([2, 3, 2])
+    loo = out_of_fold_buckets(sequences, train_length, 3, 3, smoothing=0.0)
+    # student 0's rows from students 1 and 2: q0 answered 0, 1 (0.5); q1 1 (1.0); q2 0, 1
+    # (0.5); edges: quantiles 1/3, 2/3 of (0.5, 1.0, 0.5) = 0.5, 2/3
+    # -> q0 bucket 2, q1 bucket 3
+    # student 1's from students 0 and 2: q0 1, 1 (1.0); q1 1 (1.0); q2 1 (1.0): one rate,
+    # edges 1, 1 -> every seen question bucket 3
+    # student 2's from students 0 and 1: q0 1, 0 (0.5); q1 1, 1 (1.0); q2 0 (0.0); edges
+    # 1/3, 2/3 -> q0 bucket 2, q2 bucket 1
+    # the validation row (student 0, q0): q0's bucket over every training row: rates q0
+    # 2/3, q1 1, q2 1/2 -> edges 11/18, 7/9 -> bucket 2
+    assert loo.tolist() == [2, 3, 2, 3, 3, 3, 2, 1]
+    every = question_difficulty_buckets(sequences, train_length, 3, 3, smoothing=0.0)
+    assert every[:3].tolist() == [2, 3, 1]
+    assert loo[0] == every[0] and loo[3] != every[0]  # student 1's q0 differs in-sample
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_demo(tmp_path_factory.mktemp("difficulty"), users=30)
@@ -133,6 +156,29 @@ def test_validation_labels_never_change_a_bucket(fold: FoldData) -> None:
     flipped = fold.sequences.response.copy()
     flipped[train] = 1 - flipped[train]
     assert not np.array_equal(buckets_with_responses(fold, flipped), base)
+
+
+def test_a_students_answers_never_move_their_own_training_buckets(fold: FoldData) -> None:
+    """Flip one training row's answer at a time: no training row of that student's
+    out-of-fold group changes its bucket, its own row included, though the row's
+    question's bucket over all training rows (its in-sample value) moves for many."""
+    train, _ = split_masks(fold)
+    args = (fold.train_length, fold.n_questions, 10)
+    base = out_of_fold_buckets(fold.sequences, *args)
+    per_question = buckets_with_responses(fold, fold.sequences.response)
+    lengths = fold.sequences.lengths()
+    group = np.repeat(np.arange(len(lengths)) % OUT_OF_FOLD_GROUPS, lengths)
+    rows = np.flatnonzero(train)[::5]
+    in_sample_moved = 0
+    for row in rows:
+        flipped = fold.sequences.response.copy()
+        flipped[row] = 1 - flipped[row]
+        buckets = out_of_fold_buckets(replace(fold.sequences, response=flipped), *args)
+        same_group = train & (group == group[row])
+        assert np.array_equal(buckets[same_group], base[same_group]), row
+        question = fold.sequences.question[row]
+        in_sample_moved += buckets_with_responses(fold, flipped)[question] != per_question[question]
+    assert len(rows) > 100 and in_sample_moved > 10
 
 
 def test_questions_seen_only_in_validation_get_bucket_zero(fold: FoldData) -> None:
@@ -172,5 +218,8 @@ def test_train_script_with_difficulty_buckets(demo: Path, fold: FoldData, run_sc
     assert done.returncode == 0, done.stderr
     model, checkpoint = load_model(demo / "fold0" / "best.pt")
     assert checkpoint["model_config"]["difficulty_buckets"] == 10
-    expected = question_difficulty_buckets(fold.sequences, fold.train_length, fold.n_questions, 10)
+    # from the rows it trained on: the fold's training rows but the inner split's
+    fit_length = load_fold_data(demo, 0, inner_share=0.1, seed=0).fit_length
+    assert (fit_length <= fold.train_length).all() and (fit_length < fold.train_length).any()
+    expected = question_difficulty_buckets(fold.sequences, fit_length, fold.n_questions, 10)
     assert np.array_equal(model.question_difficulty.numpy(), expected)

@@ -3,6 +3,7 @@ teacher's loading and compatibility checks, and 03_train.py with --teacher."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 from pathlib import Path
@@ -148,12 +149,21 @@ def small_config(**overrides) -> ModelConfig:
     return ModelConfig(**values)
 
 
-def write_teacher(path: Path, config: ModelConfig, fold: int = 0) -> Path:
+FOLDS = {"fold": 0, "sha256": "0123456789abcdef"}  # a fold fingerprint (common.folds)
+
+
+def write_teacher(path: Path, config: ModelConfig, fingerprint: dict | None = None) -> Path:
     torch.manual_seed(0)
     model = SAINT(config)
+    fingerprint = FOLDS if fingerprint is None else fingerprint
     save_checkpoint(
         path,
-        {"model_config": config.to_dict(), "model_state": model.state_dict(), "fold": fold},
+        {
+            "model_config": config.to_dict(),
+            "model_state": model.state_dict(),
+            "fold": fingerprint.get("fold"),
+            "fold_fingerprint": fingerprint or None,
+        },
     )
     return path
 
@@ -162,26 +172,40 @@ def test_load_teacher_is_frozen_and_rebuilt_from_the_checkpoint(tmp_path: Path) 
     config = small_config(d_model=64, window=60)
     path = write_teacher(tmp_path / "teacher.pt", config)
     student = small_config(d_model=16, window=30)
-    teacher = load_teacher(path, "cpu", student, fold=0)
+    teacher = load_teacher(path, "cpu", student, FOLDS)
     assert teacher.config == config
     assert not teacher.training
     assert all(not p.requires_grad for p in teacher.parameters())
 
 
 @pytest.mark.parametrize(
-    ("student", "fold", "message"),
+    ("student", "folds", "recorded", "message"),
     [
-        (small_config(n_questions=51), 0, "n_questions 50, the student 51"),
-        (small_config(window=31), 0, "window 30, shorter than the student's 31"),
-        (small_config(), 1, "trained on fold 0, the student on fold 1"),
+        (small_config(n_questions=51), FOLDS, FOLDS, "n_questions 50, the student 51"),
+        (small_config(window=31), FOLDS, FOLDS, "window 30, shorter than the student's 31"),
+        (
+            small_config(),
+            FOLDS | {"fold": 1},
+            FOLDS,
+            "trained on fold 0 of folds with fingerprint 0123456789abcdef, the student on "
+            "fold 1 of folds with fingerprint 0123456789abcdef",
+        ),
+        (  # fold 0 of folds made again (another seed): other rows
+            small_config(),
+            FOLDS | {"sha256": "fedcba9876543210"},
+            FOLDS,
+            "fingerprint 0123456789abcdef, the student on fold 0 of folds with fingerprint "
+            "fedcba9876543210",
+        ),
+        (small_config(), FOLDS, {}, "trained on fold None of folds with fingerprint None"),
     ],
 )
 def test_load_teacher_rejects_an_incompatible_teacher(
-    tmp_path: Path, student: ModelConfig, fold: int, message: str
+    tmp_path: Path, student: ModelConfig, folds: dict, recorded: dict, message: str
 ) -> None:
-    path = write_teacher(tmp_path / "teacher.pt", small_config())
+    path = write_teacher(tmp_path / "teacher.pt", small_config(), recorded)
     with pytest.raises(ValueError, match=message):
-        load_teacher(path, "cpu", student, fold=fold)
+        load_teacher(path, "cpu", student, folds)
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,7 +253,13 @@ def test_trainer_rejects_an_incompatible_teacher(tmp_path: Path) -> None:
 
     output = make_tiny_demo(tmp_path, users=30)
     data = load_fold_data(output, 0)
-    teacher = write_teacher(tmp_path / "teacher.pt", small_config(n_questions=data.n_questions))
-    config = TrainConfig(d_model=16, heads=4, layers=1, window=40, teacher=str(teacher))
+    teacher_config = small_config(n_questions=data.n_questions, encoder_layers=3)
+    teacher = write_teacher(tmp_path / "teacher.pt", teacher_config, data.fingerprint)
+    config = TrainConfig(
+        d_model=16, heads=4, layers=1, window=40, teacher=str(teacher), select_on="fold"
+    )
     with pytest.raises(ValueError, match="shorter than the student's 40"):
         Trainer(config, output, data, torch.device("cpu"))
+    # a deeper teacher sees further back: the student's sequences carry its context
+    trainer = Trainer(dataclasses.replace(config, window=20), output, data, torch.device("cpu"))
+    assert trainer.context == teacher_config.receptive_field == 120 > 2 * 20

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -30,10 +31,11 @@ from common.evaluate import (
     evaluate,
     f1_optimal_threshold,
     score_metrics,
+    slice_table,
     threshold_metrics,
 )
 from common.features import build_sequences
-from common.folds import Fold, FoldConfig, make_folds
+from common.folds import Fold, FoldConfig, FoldMismatchError, fold_fingerprint, make_folds
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -62,6 +64,63 @@ def test_f1_optimal_threshold_is_found():
     assert m["f1"] == pytest.approx(8 / 9)
     assert m["accuracy"] == pytest.approx(7 / 8)
     assert m["fall_out"] == pytest.approx(1 / 4)
+
+
+# Eight rows where every pair of metrics differs: positives 0.9 0.8 0.3, negatives 0.7
+# 0.6 0.55 0.2 0.1.
+SKEWED_LABELS = np.array([1, 1, 1, 0, 0, 0, 0, 0])
+SKEWED_SCORES = np.array([0.9, 0.8, 0.3, 0.7, 0.6, 0.55, 0.2, 0.1])
+
+
+def test_threshold_metrics_on_a_skewed_hand_case():
+    # >= 0.5: TP 0.9 0.8; FN 0.3; FP 0.7 0.6 0.55; TN 0.2 0.1
+    m = threshold_metrics(SKEWED_LABELS, SKEWED_SCORES, 0.5)
+    assert (m["tp"], m["fp"], m["tn"], m["fn"]) == (2, 3, 2, 1)
+    assert m["precision"] == pytest.approx(2 / 5)
+    assert m["recall"] == pytest.approx(2 / 3)
+    assert m["fall_out"] == pytest.approx(3 / 5)  # not 1 - recall (1/3)
+    assert m["specificity"] == pytest.approx(2 / 5)
+    assert m["accuracy"] == pytest.approx(4 / 8)
+    assert m["f1"] == pytest.approx(2 * (2 / 5) * (2 / 3) / (2 / 5 + 2 / 3))
+    # best F1: at 0.8, P 1, R 2/3, F1 4/5 (at 0.3: P 1/2, R 1, F1 2/3; at 0.7: 2/3)
+    full = score_metrics(SKEWED_LABELS, SKEWED_SCORES)
+    assert full["best_f1_threshold"] == pytest.approx(0.8)
+    assert full["f1_at_best_f1"] == pytest.approx(4 / 5)
+    assert full["precision_at_best_f1"] == pytest.approx(1.0)
+    assert full["recall_at_best_f1"] == pytest.approx(2 / 3)
+    assert full["fall_out_at_best_f1"] == pytest.approx(0.0)
+    assert full["specificity_at_best_f1"] == pytest.approx(1.0)
+    assert full["accuracy_at_best_f1"] == pytest.approx(7 / 8)
+    assert full["precision_at_half"] == pytest.approx(2 / 5)
+    assert full["recall_at_half"] == pytest.approx(2 / 3)
+    assert full["fall_out_at_half"] == pytest.approx(3 / 5)
+
+
+def test_slice_table_by_hand():
+    """Two new students' rows and three continuing ones, with their own labels and
+    scores: each slice row counts its own rows."""
+    rows = pd.DataFrame(
+        {
+            "label": [1, 0, 1, 1, 0],
+            "model": [0.9, 0.2, 0.3, 0.8, 0.4],
+            "new_student": [True, True, False, False, False],
+            "part": [1, 1, 2, 5, 5],
+            "history_length": [0, 1, 50, 500, 5000],
+            "container_size": [1, 1, 2, 2, 5],
+        }
+    )
+    table = slice_table(rows).set_index(["slice", "value"])
+    new, continuing = table.loc[("student", "new")], table.loc[("student", "continuing")]
+    assert (new["rows"], continuing["rows"]) == (2, 3)
+    assert new["share_correct"] == pytest.approx(1 / 2)
+    assert continuing["share_correct"] == pytest.approx(2 / 3)
+    assert new["auc_model"] == 1.0  # 0.9 over 0.2
+    assert continuing["auc_model"] == pytest.approx(1 / 2)  # 0.8 > 0.4 > 0.3
+    assert table.loc[("part", "5"), "rows"] == 2 and table.loc[("part", "2"), "rows"] == 1
+    history = table.loc["history length"]["rows"].to_dict()
+    assert history == {"0": 1, "1-10": 1, "11-100": 1, "101-1000": 1, ">1000": 1}
+    assert table.loc[("container size", "2"), "rows"] == 2
+    assert table.loc[("container size", "5+"), "rows"] == 1
 
 
 def test_score_metrics_match_hand_values():
@@ -211,12 +270,16 @@ def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int,
     fold_dir = output_dir / f"fold{fold_index}"
     fold_dir.mkdir(parents=True, exist_ok=True)
     results.to_parquet(fold_dir / "stream_predictions.parquet", index=False)
+    summary = {"fold_fingerprint": fold_fingerprint(output_dir, fold_index), "checkpoint": "-"}
+    (fold_dir / "stream_summary.json").write_text(json.dumps(summary))
     history = pd.DataFrame(
         {
             "epoch": [1, 2, 3],
             "train_loss": [0.62, 0.58, 0.56],
-            "valid_loss": [0.60, 0.57, 0.565],
-            "valid_auc": [0.68, 0.71, 0.72],
+            "inner_loss": [0.61, 0.58, 0.575],
+            "inner_auc": [0.67, 0.70, 0.71],
+            "fold_loss": [0.60, 0.57, 0.565],
+            "fold_auc": [0.68, 0.71, 0.72],
         }
     )
     history.to_csv(fold_dir / "history.csv", index=False)
@@ -272,6 +335,17 @@ def test_report_has_tables_and_headline(tiny_report):
     assert pooled.loc["oracle", "auc"] > pooled.loc["question rate", "auc"]
 
     slices = pd.read_csv(output_dir / "report" / "slices.csv", keep_default_na=False)
+    # new and continuing rows counted from the folds themselves (cut 0: new)
+    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    expected = {"new": 0, "continuing": 0}
+    for k in (0, 1):
+        fold = Fold.load(output_dir, k)
+        stream = fold.stream_index[np.asarray(arrays["content_type_id"])[fold.stream_index] == 0]
+        student = np.searchsorted(arrays.offsets, stream, side="right") - 1
+        expected["new"] += int((fold.user_cut[student] == 0).sum())
+        expected["continuing"] += int((fold.user_cut[student] > 0).sum())
+    by_value = slices[slices["slice"] == "student"].set_index("value")["rows"].to_dict()
+    assert by_value == expected and min(expected.values()) > 100
     kinds = set(slices["slice"])
     assert {"all", "student", "part", "history length", "container size"} <= kinds
     assert slices[slices["slice"] == "student"]["rows"].sum() == model["rows"]
@@ -304,4 +378,18 @@ def test_labels_in_predictions_are_checked(tiny_run: Path, tmp_path: Path):
     predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
     pd.concat([predictions, predictions.iloc[:1]]).to_parquet(path, index=False)
     with pytest.raises(ValueError, match="once"):
+        evaluate(output_dir, tmp_path / "no_input", config)
+
+
+def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
+    """Folds made again with another seed: the stream predictions (and the model behind
+    them) belong to the old folds, whose training rows the new folds validate on."""
+    output_dir = tmp_path / "output"
+    shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
+    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False)
+    evaluate(output_dir, tmp_path / "no_input", config)  # the folds it was made with
+    old = fold_fingerprint(output_dir, 0)["sha256"]
+    make_folds(output_dir, FoldConfig(n_folds=5, seed=1))
+    new = fold_fingerprint(output_dir, 0)["sha256"]
+    with pytest.raises(FoldMismatchError, match=f"fingerprint {old}.*fingerprint {new}"):
         evaluate(output_dir, tmp_path / "no_input", config)

@@ -1,5 +1,6 @@
 """SAINT/SAINT+ model: mask convention, no leakage inside a task container (on real rows),
-causality, and the cache (incremental == block)."""
+causality, the cache (incremental == block), banded attention by blocks (== dense), and
+the receptive field (nothing further back moves a prediction)."""
 
 from __future__ import annotations
 
@@ -137,8 +138,8 @@ def test_incremental_steps_equal_one_block(real_sequences, attention):
     begin = int(first_starts[first_starts >= 300][0])
     history = int(first_starts[first_starts >= begin + 15][0])
     end = int(first_starts[first_starts >= begin + 39][0])
-    # shift positions so the block starts at `begin` (the plan starts at history - window)
-    plan = plan_student(cf, history, end, window=history - begin, chunk=3)
+    # the plan starts at history - context: let it start at `begin`
+    plan = plan_student(cf, history, end, context=history - begin, chunk=3)
     assert plan.session_start == begin
     source = FlatSource(seq)
     owner, session = np.array([student]), np.array([plan.session_start])
@@ -216,3 +217,49 @@ def test_rotary_rotates_channel_pairs_by_position(fraction):
             shifts.append(float(pair[0, 0, 0] @ pair[0, 1, 0]))
         assert shifts[0] == pytest.approx(shifts[1], abs=1e-5)
         assert shifts[0] == pytest.approx(shifts[2], abs=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["mha", "mla"])
+def test_attention_by_blocks_equals_dense_attention(real_sequences, attention):
+    """A long sequence's banded attention computed block by block (how training runs on
+    sequences several windows long) gives the logits of dense attention under the same
+    masks, bundles of several questions included, whatever the block size."""
+    seq = real_sequences
+    model = small_model(13523, attention=attention, kv_latent_dim=16, window=12)
+    student = int(np.argmax(seq.lengths()))
+    args = (np.array([student, student]), np.array([100, 250]), np.array([150, 97]), 13523)
+    inputs = window_inputs(seq, *args)
+    assert (inputs["position"] - inputs["query_limit"]).max() >= 2  # bundles in view
+    model.attention_block = 10**6  # one block: dense
+    assert model._blocks(to_tensors(inputs, torch.device("cpu"))) is None
+    valid = inputs["valid"]  # padded positions' outputs are never read
+    dense = run(model, inputs)[valid]
+    for size in (5, 12, 29):
+        model.attention_block = size
+        blocks = model._blocks(to_tensors(inputs, torch.device("cpu")))
+        assert blocks is not None and blocks.n_blocks > 3
+        np.testing.assert_allclose(run(model, inputs)[valid], dense, atol=1e-5)
+
+
+def test_a_prediction_depends_on_the_receptive_field_only(real_sequences):
+    """Questions more than receptive_field positions back never move a prediction: a
+    sequence from position 0 and one from t - receptive_field give the same logit at t,
+    while one from closer than that (a shorter history) does not."""
+    seq = real_sequences
+    model = small_model(13523, window=10, encoder_layers=2, decoder_layers=2)
+    with torch.no_grad():  # weights large enough that distant inputs move the output
+        for parameter in model.parameters():
+            parameter.normal_(0, 0.3)
+    reach = model.config.receptive_field
+    assert reach == 40
+    student = int(np.argmax(seq.lengths()))
+    end = 400
+    owner = np.array([student])
+    whole = run(model, window_inputs(seq, owner, np.array([0]), np.array([end]), 13523))[0]
+    for back in (reach + 60, reach):
+        start = end - 1 - back
+        part = run(model, window_inputs(seq, owner, np.array([start]), np.array([back + 1]), 13523))
+        np.testing.assert_allclose(part[0][-1], whole[-1], atol=1e-6)
+    start = end - 1 - reach // 2
+    short = run(model, window_inputs(seq, owner, np.array([start]), np.array([end - start]), 13523))
+    assert abs(short[0][-1] - whole[-1]) > 1e-3

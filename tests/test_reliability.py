@@ -57,7 +57,7 @@ TRAIN_FLAGS = [
     "--no-progress", "--seed", "0", "--device", "cpu",
 ]  # fmt: skip
 INFER_FLAGS = ["--fold", "0", "--no-progress", "--no-export", "--device", "cpu"]
-HISTORY_VALUES = ["epoch", "train_loss", "valid_loss", "valid_auc", "lr"]  # not timings
+HISTORY_VALUES = ["epoch", "train_loss", "inner_loss", "inner_auc", "fold_loss", "fold_auc", "lr"]
 
 
 @pytest.fixture(autouse=True)
@@ -234,7 +234,7 @@ def test_resume_restores_what_a_kill_after_the_checkpoint_cut_short(demo, traine
     config = TrainConfig(
         d_model=16, heads=2, layers=1, window=20, epochs=2, progress=False, device="cpu"
     )
-    trainer = Trainer(config, out, load_fold_data(out, 0), CPU)
+    trainer = Trainer(config, out, load_fold_data(out, 0, config.inner_share), CPU)
     assert trainer.resume() and trainer.epoch == 2
     best_epoch = torch.load(fold_dir / "best.pt", weights_only=False)["best_epoch"]
     assert torch.load(fold_dir / "best.pt", weights_only=False)["epoch"] == best_epoch
@@ -253,6 +253,15 @@ class ResumeCase:
         return self.name
 
 
+def edit_checkpoint(edit: Callable[[dict], None]) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        checkpoint = torch.load(path, weights_only=False)
+        edit(checkpoint)
+        torch.save(checkpoint, path)
+
+    return change
+
+
 def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
@@ -261,6 +270,7 @@ def truncate(path: Path) -> None:
 RESUME_CASES = [
     ResumeCase("truncated latest checkpoint", lambda d: truncate(d / "epoch_02.pt"), {}, ("epoch_02.pt: not a readable checkpoint", "truncated or corrupted")),
     ResumeCase("other model flags", lambda d: None, {"d_model": 32}, ("epoch_02.pt was trained with another model config", "d_model: 16 vs 32", "d_ff: 64 vs 128")),
+    ResumeCase("other folds", lambda d: edit_checkpoint(lambda c: c["fold_fingerprint"].update(sha256="0123456789abcdef"))(d / "epoch_02.pt"), {}, ("epoch_02.pt was trained on other folds (fingerprint 0123456789abcdef) than those on disk now",)),
 ]
 # fmt: on
 
@@ -273,7 +283,8 @@ def test_resume_refuses_a_bad_checkpoint_by_name(case, demo, trained, tmp_path):
         shutil.copyfile(trained / "fold0" / name, out / "fold0" / name)
     case.change(out / "fold0")
     fields = dict(d_model=16, heads=2, layers=1, window=20, progress=False, device="cpu")
-    trainer = Trainer(TrainConfig(**(fields | case.config)), out, load_fold_data(out, 0), CPU)
+    config = TrainConfig(**(fields | case.config))
+    trainer = Trainer(config, out, load_fold_data(out, 0, config.inner_share), CPU)
     with pytest.raises(CheckpointError) as error:
         trainer.resume()
     for part in case.expected:
@@ -468,15 +479,6 @@ def load_script(name: str):
     return module
 
 
-def edit_checkpoint(edit: Callable[[dict], None]) -> Callable[[Path], None]:
-    def change(path: Path) -> None:
-        checkpoint = torch.load(path, weights_only=False)
-        edit(checkpoint)
-        torch.save(checkpoint, path)
-
-    return change
-
-
 def perturbed_after_digest(checkpoint: dict) -> None:
     """Record the weights' digest, then change one weight: damage inside tensor data."""
     checkpoint["model_digest"] = state_digest(checkpoint["model_state"])
@@ -509,7 +511,9 @@ INFER_CASES = [
     InferCase("weights of another config", edit_checkpoint(lambda c: c["model_config"].update(d_model=32, d_ff=128)), (), ("best.pt: its weights are of another model config", ": (16, 16) vs (32, 32)", "more)")),
     InferCase("config of another code version", edit_checkpoint(lambda c: c["model_config"].update(rope_scale=2.0)), (), ("best.pt: its model_config does not fit this code", "unknown ModelConfig keys ['rope_scale']")),
     InferCase("damaged tensor data", edit_checkpoint(perturbed_after_digest), (), ("best.pt: its weights do not match their recorded digest",)),
-    InferCase("checkpoint of another fold", edit_checkpoint(lambda c: c.update(fold=1)), (), ("best.pt: trained on fold 1, asked to stream fold 0",)),
+    InferCase("checkpoint of another fold", edit_checkpoint(lambda c: c["fold_fingerprint"].update(fold=1)), (), ("best.pt was made for fold 1, asked for fold 0",)),
+    InferCase("checkpoint of other folds", edit_checkpoint(lambda c: c["fold_fingerprint"].update(sha256="0123456789abcdef")), (), ("best.pt was made for fold 0 of other folds (fingerprint 0123456789abcdef", "than", "fold0.npz on disk (fingerprint ")),
+    InferCase("checkpoint without a fold fingerprint", edit_checkpoint(lambda c: c.pop("fold_fingerprint")), (), ("best.pt records no fold fingerprint",)),
     InferCase("state over its memory budget", no_change, ("--max-state-memory", "0.0001"), ("the online state needs", "above its budget of 0.0001 GB (--max-state-memory)", "--cache-students")),
 ]
 # fmt: on
@@ -569,7 +573,9 @@ def demo_state(demo: Path, model: SAINT, **options) -> OnlineState:
     data = load_fold_data(demo, 0)
     arrays = TrainArrays.load(demo / DATA_SUBDIR)
     parts = question_parts(load_questions(demo / DATA_SUBDIR))
-    snapshot = build_snapshot(data.sequences, arrays.users, data.train_length, model.config.window)
+    snapshot = build_snapshot(
+        data.sequences, arrays.users, data.train_length, model.config.receptive_field
+    )
     return OnlineState(model, parts, CPU, snapshot, **options)
 
 

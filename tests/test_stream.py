@@ -4,6 +4,7 @@ Kaggle bundle running on its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -18,15 +19,15 @@ import torch
 
 from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
 from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
-from common.features import SEQUENCE_FIELDS, build_sequences
+from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
 from common.folds import Fold, FoldConfig, make_folds
 from common.inference import export_kaggle, stream_loop
 from common.model import SAINT, ModelConfig
 from common.online import CachePool, OnlineState, build_snapshot
-from common.predict import predict_tails
+from common.predict import predict_tails, to_tensors
 from common.schema import TEST_COLUMNS
 from common.tags import install_tags, tag_shape
-from common.training import load_fold_data, save_checkpoint
+from common.training import TrainConfig, Trainer, load_fold_data, save_checkpoint
 from tests.helpers import REPO, make_tiny_demo, preprocess_real_rows, shared_file
 
 CPU = torch.device("cpu")
@@ -168,7 +169,11 @@ def random_model(n_questions: int, **overrides) -> SAINT:
         decoder_features=("elapsed", "lag", "explanation", "answer", "question"),
     )
     config.update(overrides)
-    return SAINT(ModelConfig(**config)).eval()
+    model = SAINT(ModelConfig(**config))
+    with torch.no_grad():  # weights large enough that questions far back move predictions
+        for parameter in model.parameters():
+            parameter.mul_(3.0)
+    return model.eval()
 
 
 def stream_predictions(
@@ -177,7 +182,9 @@ def stream_predictions(
     data = load_fold_data(output_dir, 0)
     arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
     parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
-    snapshot = build_snapshot(data.sequences, arrays.users, data.train_length, model.config.window)
+    snapshot = build_snapshot(
+        data.sequences, arrays.users, data.train_length, model.config.receptive_field
+    )
     state = OnlineState(model, parts, CPU, snapshot, cache_students=cache)
     if frame is None:
         frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
@@ -233,6 +240,80 @@ def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags):
     np.testing.assert_allclose(results["prediction"].to_numpy(), expected, atol=1e-5)
 
 
+def test_training_computes_what_the_stream_predicts(demo_dir, tmp_path):
+    """Train as you serve, for the validation students with the longest histories: each
+    streamed prediction equals a forward pass over the student's whole history, and what
+    the training forward pass computes at the same position in every training sequence
+    of the Trainer's epoch that trains on it (sequences that start after the history's
+    beginning, behind their context, included). A state that starts `window` questions
+    back, as the stream's did before, gives other predictions: the check can fail."""
+    data = load_fold_data(demo_dir, 0)
+    config = TrainConfig(
+        d_model=32, heads=4, layers=2, window=12, dropout=0.0, span=30, select_on="fold",
+        decoder_features=("elapsed", "lag", "explanation", "answer", "question"),
+    )  # fmt: skip
+    # every question is a training question here, so spans cover the validation tails
+    everything = dataclasses.replace(data, fit_length=data.sequences.lengths())
+    trainer = Trainer(config, tmp_path, everything, CPU)
+    model = trainer.model.eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(3.0)  # as random_model: far questions move predictions
+    env, _ = stream_predictions(demo_dir, model)
+    results = env.results()
+    seq, window, reach = data.sequences, model.config.window, model.config.receptive_field
+    flat = np.searchsorted(seq.row, results["global_row"].to_numpy())
+    streamed = pd.Series(results["prediction"].to_numpy(), index=flat)
+    (student, start, begin, stop), _ = trainer.epoch_batches(0)
+    long_ones = np.flatnonzero(data.valid_history > reach + window)
+    assert len(long_ones) >= 3
+    compared = behind_context = 0
+    for s, h, e in zip(
+        data.valid_students[long_ones],
+        data.valid_history[long_ones],
+        data.valid_end[long_ones],
+        strict=True,
+    ):
+        owner, tail = np.array([s]), streamed[seq.offsets[s] + np.arange(h, e)].to_numpy()
+        with torch.no_grad():
+            whole = torch.sigmoid(
+                model(
+                    to_tensors(
+                        window_inputs(seq, owner, np.array([0]), np.array([e]), data.n_questions),
+                        CPU,
+                    )
+                )
+            )[0]
+            old = torch.sigmoid(
+                model(
+                    to_tensors(
+                        window_inputs(
+                            seq,
+                            owner,
+                            np.array([h - window]),
+                            np.array([e - h + window]),
+                            data.n_questions,
+                        ),
+                        CPU,
+                    )
+                )
+            )[0]
+        np.testing.assert_allclose(tail, whole[h:e].numpy(), atol=1e-5)
+        assert np.abs(tail - old[window:].numpy()).max() > 1e-3
+        for i in np.flatnonzero((student == s) & (begin < e) & (stop > h)):
+            inputs = trainer.batch_inputs(student, start, begin, stop, np.array([i]))
+            with torch.no_grad():
+                trained = torch.sigmoid(model(to_tensors(inputs, CPU)))[0].numpy()
+            position = inputs["position"][0]
+            scored = inputs["trained"][0] & (position >= h) & (position < e)
+            assert scored.any()
+            np.testing.assert_allclose(trained[scored], tail[position[scored] - h], atol=1e-5)
+            compared += int(scored.sum())
+            behind_context += int(scored.sum()) * bool(start[i] > 0)
+    assert compared == int((data.valid_end - data.valid_history)[long_ones].sum())
+    assert behind_context > 50
+
+
 def test_nothing_after_a_group_changes_its_predictions(demo_dir):
     data = load_fold_data(demo_dir, 0)
     model = random_model(data.n_questions)
@@ -276,7 +357,9 @@ def round_robin_stream(output_dir: Path) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
-def test_cache_eviction_is_bounded_and_close(demo_dir):
+def test_cache_eviction_is_bounded_and_exact(demo_dir):
+    """A student whose cache was evicted is built again from their ring (the receptive
+    field's questions), which gives the very predictions of a pool that never evicts."""
     data = load_fold_data(demo_dir, 0)
     model = random_model(data.n_questions)
     grouped = Emulator(round_robin_stream(demo_dir), EmulatorConfig(seed=1, max_group_students=3))
@@ -285,8 +368,9 @@ def test_cache_eviction_is_bounded_and_close(demo_dir):
     assert state.pool.evictions > 0 and state.rebuilds > 0
     full, full_state = stream_predictions(demo_dir, model, frame, sizes)
     assert full_state.rebuilds == 0
-    difference = np.abs(env.results()["prediction"] - full.results()["prediction"])
-    assert difference.mean() < 0.02  # a rebuilt state forgets only context beyond the window
+    np.testing.assert_allclose(
+        env.results()["prediction"], full.results()["prediction"], rtol=0, atol=1e-5
+    )
 
 
 def test_cache_pool_grows_with_the_students_and_keeps_their_entries():
@@ -324,7 +408,7 @@ def test_online_state_matches_batch_features_on_real_rows(tmp_path):
         slot = state.slot_of[user]
         n = int(state.n_items[slot])
         assert n == seq.lengths()[student]
-        for position in range(max(0, n - state.window), n):
+        for position in range(max(0, n - state.context), n):
             flat = seq.offsets[student] + position
             for name in SEQUENCE_FIELDS:
                 got = state.rings[name][slot, position % state.ring]

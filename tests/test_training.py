@@ -16,7 +16,8 @@ from common.predict import to_tensors
 from common.training import (
     TrainConfig,
     Trainer,
-    epoch_windows,
+    batch_bounds,
+    epoch_spans,
     load_fold_data,
     load_model,
     save_checkpoint,
@@ -53,18 +54,26 @@ def train(output_dir: Path, *flags: str, launcher: list[str] | None = None) -> s
     return done.stdout
 
 
-def test_epoch_windows_cover_every_training_question_once():
+def test_epoch_spans_train_every_question_once_after_a_whole_context():
     lengths = np.array([0, 1, 5, 20, 21, 57, 200])
     for seed in range(5):
-        student, start, length = epoch_windows(lengths, 20, np.random.default_rng(seed))
-        assert (length >= 1).all() and (length <= 20).all()
+        spans = epoch_spans(lengths, 20, 7, np.random.default_rng(seed))
         covered = [set() for _ in lengths]
-        for s, a, n in zip(student, start, length, strict=True):
-            positions = set(range(a, a + n))
+        for s, start, begin, stop in zip(*spans, strict=True):
+            assert 1 <= stop - begin <= 20
+            assert start == max(0, begin - 7)  # the whole context, or the whole history
+            positions = set(range(begin, stop))
             assert not positions & covered[s]
             covered[s] |= positions
         assert [len(c) for c in covered] == lengths.tolist()
         assert all(c == set(range(n)) for c, n in zip(covered, lengths, strict=True))
+
+
+def test_batches_close_at_the_budget_with_enough_items():
+    weight = np.array([3, 1, 1, 4, 1, 1, 1, 2])
+    assert batch_bounds(weight, 4) == [slice(0, 2), slice(2, 4), slice(4, 8)]
+    assert batch_bounds(weight, 4, least=3) == [slice(0, 3), slice(3, 6), slice(6, 8)]
+    assert batch_bounds(weight, 100) == [slice(0, 8)]
 
 
 @pytest.mark.slow
@@ -92,18 +101,21 @@ def test_checkpoints_are_self_describing(demo, tmp_path):
     assert not [p for p in fold_dir.iterdir() if p.name.startswith(".")]
     history = pd.read_csv(fold_dir / "history.csv")
     assert list(history.columns) == [
-        "epoch", "train_loss", "valid_loss", "valid_auc", "interactions_per_s",
-        "train_seconds", "valid_seconds", "lr",
+        "epoch", "train_loss", "inner_loss", "inner_auc", "fold_loss", "fold_auc",
+        "interactions_per_s", "train_seconds", "valid_seconds", "lr",
     ]  # fmt: skip
     assert history["epoch"].tolist() == [1, 2]
     checkpoint = torch.load(fold_dir / "epoch_02.pt", weights_only=False)
     for key in (
         "model_config", "model_state", "optimizer_state", "scheduler_state", "scaler_state",
         "epoch", "step", "best_auc", "fold", "rng_state", "train_config", "history",
+        "fold_fingerprint", "selected_on",
     ):  # fmt: skip
         assert key in checkpoint, key
     assert checkpoint["epoch"] == 2 and checkpoint["fold"] == 0
-    assert "best validation AUC" in printed
+    assert checkpoint["selected_on"] == "inner"
+    assert checkpoint["best_auc"] == history["inner_auc"].max()
+    assert "best inner validation AUC" in printed
     # inference rebuilds the model from the checkpoint alone
     model, _ = load_model(fold_dir / "best.pt")
     data = load_fold_data(out, 0)
@@ -124,9 +136,7 @@ def test_early_stopping_after_patience(demo, tmp_path):
 
 def test_micro_batches_give_the_whole_batch_gradient(demo):
     data = load_fold_data(demo, 0)
-    student, start, length = epoch_windows(data.train_length, 20, np.random.default_rng(0))
-    inputs = window_inputs(data.sequences, student[:48], start[:48], length[:48], data.n_questions)
-    batch = to_tensors(inputs, torch.device("cpu"))
+    spans = epoch_spans(data.train_length, 30, 20, np.random.default_rng(0))
     weights = []
     for micro in (48, 7, 0):  # 0: the CPU default, parts of similar-length windows
         config = TrainConfig(
@@ -138,8 +148,10 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
             micro_batch=micro,
             batch_size=48,
             progress=False,
+            select_on="fold",
         )
         trainer = Trainer(config, demo / "micro", data, torch.device("cpu"))
+        batch = to_tensors(trainer.batch_inputs(*spans, np.arange(48)), torch.device("cpu"))
         trainer.train_step(batch)
         weights.append(trainer.model.state_dict())
         if micro == 0:
@@ -147,6 +159,8 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
             sizes = [p["valid"].sum(1) for p in parts]
             assert len(parts) > 1 and sum(len(x) for x in sizes) == 48
             assert sum(int(x.sum()) for x in sizes) == int(batch["valid"].sum())
+            trained = sum(int(p["trained"].sum()) for p in parts)
+            assert 0 < trained == int(batch["trained"].sum()) < int(batch["valid"].sum())
             for part, size in zip(parts, sizes, strict=True):
                 assert part["valid"].shape[1] == size.max()  # trimmed to its longest
                 assert 2 * size.min() >= size.max()  # similar lengths
@@ -176,6 +190,6 @@ def test_distributed_training_with_two_processes(demo, tmp_path):
     assert printed.count("epoch 2:") == 1  # only rank 0 reports
     history = pd.read_csv(fold_dir / "history.csv")
     assert history["epoch"].tolist() == [1, 2]
-    assert history["valid_auc"].notna().all()
+    assert history["inner_auc"].notna().all() and history["fold_auc"].notna().all()
     checkpoint = torch.load(fold_dir / "best.pt", weights_only=False)
     assert not any(k.startswith("module.") for k in checkpoint["model_state"])
