@@ -25,7 +25,13 @@ def parse_args() -> tuple[TrainConfig, Path]:
     p.add_argument("--output-dir", type=Path, default=Path("output"))
     p.add_argument("--fold", type=int, default=DEFAULTS.fold)
     p.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
-    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULTS.batch_size,
+        help="windows' worth of trained questions per step (0: SAINT's 512, fewer when an "
+        "epoch would take under 64 steps)",
+    )
     p.add_argument(
         "--span",
         type=int,
@@ -75,6 +81,12 @@ def parse_args() -> tuple[TrainConfig, Path]:
         default=DEFAULTS.question_embedding,
         help="id: a vector per question; rasch (with --tags): the tags' embedding plus a "
         "scalar difficulty per question times the tags' variation vector (AKT-Rasch)",
+    )
+    p.add_argument(
+        "--rope-fraction",
+        type=float,
+        default=DEFAULTS.rope_fraction,
+        help="share of each attention head's channels that rotary positions rotate",
     )
     p.add_argument("--teacher", default=None, help="checkpoint of a frozen teacher to distill")
     p.add_argument("--distill-alpha", type=float, default=DEFAULTS.distill_alpha)

@@ -25,6 +25,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common.folds import fold_fingerprint  # noqa: E402
 from common.model import SAINT, ModelConfig  # noqa: E402
 from common.training import load_fold_data, save_checkpoint  # noqa: E402
 
@@ -65,7 +66,12 @@ def measure(data_out: Path, work: Path, name: str, threads: int, window: int, ex
     model = SAINT(config)
     save_checkpoint(
         out / "fold0" / "best.pt",
-        {"model_config": config.to_dict(), "model_state": model.state_dict(), "epoch": 0},
+        {
+            "model_config": config.to_dict(),
+            "model_state": model.state_dict(),
+            "epoch": 0,
+            "fold_fingerprint": fold_fingerprint(data_out, 0),
+        },
     )
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     run([sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",

@@ -1,9 +1,12 @@
-"""Training throughput: question interactions per second of full optimizer steps.
+"""Training throughput: trained question interactions per second of full optimizer steps.
 
-Measures Trainer.train_step (forward, loss, backward, clipping, AdamW, schedule) on full
-windows of real demo sequences, after warm-up steps, as the median of repeats; reports
-model FLOPs per interaction (torch's FlopCounterMode on one step), the machine's measured
-fp32 matmul peak, and the share of that peak the training step reaches.
+Measures Trainer.train_step (forward, loss, backward, clipping, AdamW, schedule) on the
+batches 03 trains on (the first steps of epoch 1: spans of demo students, each after its
+receptive field of context, batch_size windows' worth of trained questions per step),
+after warm-up steps, as the median of repeats. A rate counts trained questions only (the
+context before a span is computed but not counted). Reports model FLOPs per trained
+interaction (torch's FlopCounterMode on one step), the machine's measured fp32 matmul
+peak, and the share of that peak the training step reaches.
 
     python bench/bench_train.py --data-dir output/demo --threads 2
 """
@@ -16,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -24,13 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.files import cpu_model
 from common.predict import to_tensors
-from common.training import (
-    TrainConfig,
-    Trainer,
-    epoch_windows,
-    load_fold_data,
-    window_inputs,
-)
+from common.training import TrainConfig, Trainer, load_fold_data
 
 CONFIGS = {
     # the issue's reference size: d_model 256, 2+2 layers, window 100, batch 512
@@ -55,29 +51,17 @@ def matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
     return 2 * size**3 * repeats / (time.perf_counter() - begin)
 
 
-def full_windows(data, window: int, count: int):
-    student, start, length = epoch_windows(data.train_length, window, np.random.default_rng(0))
-    keep = length == window  # repeated when the data has fewer (speed needs no new data)
-    return tuple(np.resize(values[keep], count) for values in (student, start, length))
-
-
 def measure(data, name: str, steps: int, warmup: int, repeats: int, out: Path) -> dict:
-    config = TrainConfig(progress=False, **CONFIGS[name])
+    config = TrainConfig(progress=False, select_on="fold", **CONFIGS[name])
     trainer = Trainer(config, out / name, data, torch.device("cpu"))
-    batch_size = config.batch_size
-    student, start, length = full_windows(data, config.window, batch_size * (steps + warmup))
-
-    def batch(i: int) -> dict[str, torch.Tensor]:
-        part = slice(i * batch_size, (i + 1) * batch_size)
-        inputs = window_inputs(
-            data.sequences, student[part], start[part], length[part], data.n_questions
-        )
-        return to_tensors(inputs, torch.device("cpu"))
-
-    batches = [batch(i) for i in range(steps + warmup)]
+    spans, epoch = trainer.epoch_batches(0)
+    index = [epoch[i % len(epoch)] for i in range(steps + warmup)]  # repeated if short
+    cpu = torch.device("cpu")
+    batches = [to_tensors(trainer.batch_inputs(*spans, i), cpu) for i in index]
+    trained = [int(b["trained"].sum()) for b in batches]
     with FlopCounterMode(display=False) as counter:
         trainer.train_step(batches[0])
-    flops_per_interaction = counter.get_total_flops() / (batch_size * config.window)
+    flops_per_interaction = counter.get_total_flops() / trained[0]
     rates = []
     for _ in range(repeats):
         for i in range(warmup):
@@ -85,7 +69,7 @@ def measure(data, name: str, steps: int, warmup: int, repeats: int, out: Path) -
         begin = time.perf_counter()
         for i in range(warmup, warmup + steps):
             trainer.train_step(batches[i])
-        rates.append(steps * batch_size * config.window / (time.perf_counter() - begin))
+        rates.append(sum(trained[warmup:]) / (time.perf_counter() - begin))
     return {
         "config": name,
         **CONFIGS[name],

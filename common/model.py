@@ -70,10 +70,14 @@ class ModelConfig:
     # feature "question", (tag, response) pairs get the same form
     question_embedding: str = "id"
     rope_base: float = 10000.0
-    # share of each head's channels that rotary embeddings rotate (GPT-J / GPT-NeoX use a
-    # quarter): position needs few frequencies at these sequence lengths, and the
-    # rotation is one of the costlier element-wise steps on a CPU
-    rope_fraction: float = 0.25
+    # share of each head's channels that rotary embeddings rotate. All of them: a query
+    # must single out its own position among a window of keys (the decoder meets the
+    # current question only through attention over the encoder's outputs), and with a
+    # quarter (GPT-J's choice, cheaper on a CPU) a head has too few frequencies to tell
+    # nearby positions apart; trained in the streaming state, with the whole window
+    # behind every position, such a model plateaus near the question-rate baseline for
+    # epochs (BENCHMARKS.md, "Train as you serve": the quarter-width rows)
+    rope_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         self.decoder_features = tuple(self.decoder_features)
@@ -145,10 +149,11 @@ def attention_mask(
 
 def _pad_positions(x: Tensor, before: int, after: int, value) -> Tensor:
     """x (B, T, ...) with `before` and `after` entries of `value` added along T."""
-    shape = (x.shape[0], 0, *x.shape[2:])
-    parts = [x.new_full((shape[0], before, *shape[2:]), value), x]
-    parts.append(x.new_full((shape[0], after, *shape[2:]), value))
-    return torch.cat(parts, 1)
+
+    def fill(count: int) -> Tensor:
+        return x.new_full((x.shape[0], count, *x.shape[2:]), value)
+
+    return torch.cat([fill(before), x, fill(after)], 1)
 
 
 @dataclass

@@ -53,7 +53,9 @@ from common.predict import predict_tails, to_tensors
 class TrainConfig:
     fold: int = 0
     epochs: int = 20
-    batch_size: int = 512  # SAINT's batch size
+    # windows' worth of trained questions per optimizer step; 0: SAINT's 512, or fewer
+    # when an epoch would then take under 64 steps (a small data set: see batch_windows)
+    batch_size: int = 0
     micro_batch: int = 0  # windows per forward pass; 0: 64 on CPU, the whole batch on CUDA
     # questions trained on per training sequence; 0: 4 x the model's receptive field (each
     # sequence also carries one receptive field of context outside the loss)
@@ -78,6 +80,7 @@ class TrainConfig:
     difficulty_buckets: int = 0
     tags: bool = False  # the mean embedding of each question's tags in the encoder
     question_embedding: str = "id"  # "id" or "rasch" (needs tags; common/model.py)
+    rope_fraction: float = 1.0  # share of each head's channels rotary positions rotate
     seed: int = 0
     device: str = "auto"
     amp: str = "auto"  # auto: bf16 (or fp16) autocast on CUDA, off on CPU
@@ -123,6 +126,7 @@ class TrainConfig:
             n_tags=tag_shape[0] if self.tags else 0,
             max_tags=tag_shape[1] if self.tags else 1,
             question_embedding=self.question_embedding,
+            rope_fraction=self.rope_fraction,
         )
 
 
@@ -258,6 +262,18 @@ def epoch_spans(
     start = np.maximum(0, begin - context)
     order = rng.permutation(len(student))
     return student[order], start[order], begin[order], stop[order]
+
+
+BATCH_MAX = 512  # SAINT's batch size, for Riiid's ~1.4M windows per epoch
+STEPS_MIN = 64  # automatic batch size: fewer windows per step below this many steps
+
+
+def batch_windows(train_length: np.ndarray, window: int, world: int = 1) -> int:
+    """The automatic batch size: SAINT's 512 windows per step (per process), or fewer on
+    a small data set so that an epoch still takes STEPS_MIN optimizer steps (at least
+    16 windows): with Riiid's batch, 2,000 demo students give a dozen steps per epoch."""
+    windows = int((-(-np.asarray(train_length) // window)).sum())
+    return int(np.clip(windows // (STEPS_MIN * world), 16, BATCH_MAX))
 
 
 def batch_bounds(weight: np.ndarray, budget: int, least: int = 1) -> list[slice]:
@@ -567,7 +583,10 @@ class Trainer:
             m.config.receptive_field for m in (self.model, self.teacher) if m is not None
         )
         self.span = self.config.span or 4 * self.model_config.receptive_field
-        self.selection = self._selection_tails()
+        self.batch_size = self.config.batch_size or batch_windows(
+            self.data.fit_length, self.model_config.window, self.dist.world
+        )
+        self._check_selection()
         self.difficulty = None  # per flat question: its difficulty bucket as an input
         if self.config.difficulty_buckets:
             from common.difficulty import install_difficulty, out_of_fold_buckets
@@ -619,16 +638,14 @@ class Trainer:
         self.best_epoch = -1
         self.history: list[dict] = []
 
-    def _selection_tails(self) -> Tails:
+    def _check_selection(self) -> None:
         if self.config.select_on not in ("inner", "fold"):
             raise ValueError(f"select_on must be inner or fold, got {self.config.select_on!r}")
-        tails = self.data.inner_tails if self.config.select_on == "inner" else self.data.fold_tails
-        if self.config.select_on == "inner" and len(tails.students) == 0:
+        if self.config.select_on == "inner" and len(self.data.inner_tails.students) == 0:
             raise ValueError(
                 "select_on inner needs an inner validation split, and this fold data has "
                 "none (load it with inner_share > 0, or select on the fold)"
             )
-        return tails
 
     def epoch_batches(
         self, epoch: int
@@ -641,7 +658,7 @@ class Trainer:
         _, _, begin, stop = spans
         windows = -(-(stop - begin) // self.model_config.window)
         world, rank = self.dist.world, self.dist.rank
-        bounds = batch_bounds(windows, self.config.batch_size * world, least=world)
+        bounds = batch_bounds(windows, self.batch_size * world, least=world)
         # only a last, short batch can hold fewer sequences than ranks: none takes it
         whole = [b for b in bounds if b.stop - b.start >= world]
         steps = [np.arange(b.start, b.stop)[rank::world] for b in whole]
@@ -905,7 +922,8 @@ class Trainer:
             f"{selection}\n"
             f"sequences: spans of {self.span} questions after {self.context} of context "
             f"(receptive field {self.model_config.receptive_field}); "
-            f"batches of {config.batch_size} windows' worth of trained questions\n"
+            f"batches of {self.batch_size} windows' worth of trained questions"
+            f"{'' if config.batch_size else ' (automatic: see --batch-size)'}\n"
             f"schedule: {config.schedule}, lr {config.lr:g} after a warm-up of "
             f"{self.warmup:,}{warmup} of {self.total_steps:,} steps "
             f"({self.total_steps // max(config.epochs, 1):,} per epoch)"

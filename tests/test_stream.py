@@ -23,7 +23,7 @@ from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
 from common.folds import Fold, FoldConfig, make_folds
 from common.inference import export_kaggle, stream_loop
 from common.model import SAINT, ModelConfig
-from common.online import CachePool, OnlineState, build_snapshot
+from common.online import CachePool, OnlineState, Snapshot, build_snapshot
 from common.predict import predict_tails, to_tensors
 from common.schema import TEST_COLUMNS
 from common.tags import install_tags, tag_shape
@@ -488,6 +488,17 @@ def test_kaggle_bundle_runs_alone(demo_dir, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     predicted = json.loads((work / "predicted.json").read_text())
-    assert len(predicted) == 104
-    assert all(0 <= p <= 1 for p in predicted.values())
     assert str(REPO) not in done.stdout + done.stderr
+    # the same groups through this repository's online state, from the bundle's snapshot
+    example = pd.read_csv(env["FAKE_STREAM"])
+    parts = question_parts(pd.read_parquet(bundle / "state" / "questions.parquet"))
+    state = OnlineState(model, parts, CPU, Snapshot.load(bundle / "state" / "snapshot.npz"))
+    local = {}
+    for _, frame in example.groupby("group_num", sort=True):
+        test_df = frame.set_index("group_num")
+        question = test_df["content_type_id"].to_numpy() == 0
+        local.update(zip(test_df["row_id"][question].astype(str), state.predict(test_df)))
+    assert len(local) == len(predicted) == 104
+    assert len(set(local.values())) > 20  # predictions that differ from row to row
+    for row_id, probability in local.items():
+        assert predicted[row_id] == pytest.approx(float(probability), abs=1e-6), row_id

@@ -1,0 +1,306 @@
+"""Train as you serve, beyond the window: AUC by position in the student's history, for
+(a) the stream (04_infer.py through the API emulator) and (b) a fresh-window recompute
+(each task container predicted from its last `window` questions, re-encoded from a start
+token), for two versions of the code: `--before-code` (a checkout of the pipeline before
+the change, e.g. `git worktree add ../before 179d689`) and this repository.
+
+Per data set and window (32: d_model 32; 100: d_model 64; both 2+2 layers, 4 heads):
+03_train.py for a fixed number of epochs with early stopping off, 04_infer.py on the
+last epoch's checkpoint (no model selection, so both versions are scored alike; this
+version trains on every training student, --select-on fold, whose best.pt is not used),
+then the fresh-window recompute on the same checkpoint with this repository's model code
+(the model's function is the same in both versions; what differs is the state it is
+trained and streamed in). Buckets: the row's position in the student's question history
+(0-based): the first window, window to 2x window, 2x to 4x, beyond.
+
+Data sets: the quick start's demo (2,000 students, fold 0 of the user folds), a demo of
+3,000 students streamed the way the competition's test was (virtual-time tail, 5% of the
+rows: long histories), and ASSISTments 2009 (AKT's problem-level files, fold 0 of its user
+folds; SAINT, as these files have no times).
+
+    python bench/bench_context.py --before-code ../before
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.metrics import roc_auc_score
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from common.evaluate import markdown_table  # noqa: E402
+from common.features import window_inputs  # noqa: E402
+from common.files import cpu_model, write_json, write_marked_section  # noqa: E402
+from common.predict import to_tensors  # noqa: E402
+from common.training import FoldData, load_fold_data, load_model  # noqa: E402
+
+MARKER = "context-benchmark"
+WINDOWS = {32: ("--d-model", "32"), 100: ("--d-model", "64")}
+COMMON = ("--layers", "2", "--heads", "4", "--dropout", "0.1", "--patience", "100")
+# versions: the code they run and their extra 03 flags. "after" trains on every training
+# student (--select-on fold; its best.pt is not scored) as "before" did; "after-quarter-
+# rope" is "after" with the rotary width of before (on the demo only): what full-width
+# rotary positions change
+VERSIONS = {
+    "before": ("before", ()),
+    "after": ("after", ("--select-on", "fold")),
+    "after-quarter-rope": ("after", ("--select-on", "fold", "--rope-fraction", "0.25")),
+}
+QUARTER_ROPE_DATASETS = ("demo",)
+PREPROCESS = (
+    "01_preprocess.py",
+    "--input-dir",
+    "{input}",
+    "--output-dir",
+    "{prep}",
+    "--no-progress",
+)
+
+
+@dataclass(frozen=True)
+class DataSet:
+    name: str
+    prepare: tuple[tuple[str, ...], ...]  # commands (script, flags...) into <dir>/input, prep
+    train: tuple[str, ...]  # 03_train.py flags besides the window's
+    epochs: int
+    note: str
+
+
+DATASETS = {
+    "demo": DataSet(
+        "demo",
+        (
+            ("00_make_demo_input.py", "--users", "2000", "--seed", "0", "--output-dir", "{input}"),
+            PREPROCESS,
+            ("02_make_folds.py", "--output-dir", "{prep}", "--n-folds", "5", "--seed", "0"),
+        ),
+        ("--model", "saint+", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100"),
+        5,
+        "the quick start's demo: 2,000 students, fold 0 of 5 user folds (398 validation "
+        "students, 120 of them new), the run_demo.sh recipe",
+    ),
+    "demo-long": DataSet(
+        "demo-long",
+        (
+            ("00_make_demo_input.py", "--users", "3000", "--seed", "1", "--output-dir", "{input}"),
+            PREPROCESS,
+            ("02_make_folds.py", "--output-dir", "{prep}", "--n-folds", "1", "--strategy",
+             "virtual-time", "--valid-share", "0.05", "--seed", "1"),
+        ),
+        ("--model", "saint+", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100"),
+        5,
+        "a 3,000-student demo (seed 1) streamed as the competition's test was: the last 5% "
+        "of rows by virtual time, mostly continuing students deep in long histories",
+    ),
+    "assist2009": DataSet(
+        "assist2009",
+        (
+            ("00_convert_kt_dataset.py", "--dataset", "assist2009_pid", "--source-dir",
+             "{shared}/assist2009_pid_akt", "--multi-skill-rows", "keep", "--output-dir",
+             "{input}"),
+            PREPROCESS,
+            ("02_make_folds.py", "--input-dir", "{input}", "--output-dir", "{prep}",
+             "--strategy", "dataset", "--n-folds", "5"),
+        ),
+        ("--model", "saint", "--batch-size", "64", "--lr", "2e-3", "--schedule", "cosine",
+         "--warmup", "100"),
+        6,
+        "ASSISTments 2009 (AKT's assist2009_pid files), fold 0 of AKT's 5 user folds (wholly "
+        "new students); SAINT, as the files have no times, with the KT benchmark's settings",
+    ),
+}  # fmt: skip
+
+
+def run(command: list[str], cwd: Path, log: Path) -> None:
+    print("$", " ".join(command), flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        done = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode:
+        raise SystemExit(f"failed ({done.returncode}): see {log}")
+
+
+def prepare(data: DataSet, work: Path, shared: Path) -> Path:
+    prep = work / data.name / "prep"
+    if (prep / "folds" / "fold0.npz").exists():
+        return prep
+    places = {"input": work / data.name / "input", "prep": prep, "shared": shared}
+    for i, (script, *flags) in enumerate(data.prepare):
+        flags = [f.format(**{k: str(v) for k, v in places.items()}) for f in flags]
+        run([sys.executable, script, *flags], REPO, work / data.name / f"prepare{i}.log")
+    return prep
+
+
+def train_and_stream(
+    code: Path, version: str, data: DataSet, window: int, prep: Path, work: Path
+) -> Path:
+    """03 then 04 of `code` on fold 0; returns the run dir (skips what is done)."""
+    out = work / data.name / f"{version}-w{window}"
+    for link in ("data", "folds"):
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / link).exists():
+            os.symlink(prep.resolve() / link, out / link)
+    checkpoint = f"epoch_{data.epochs:02d}.pt"
+    flags = [*data.train, *WINDOWS[window], *COMMON, "--window", str(window)]
+    flags += ["--epochs", str(data.epochs), "--no-progress", *VERSIONS[version][1]]
+    if not (out / "fold0" / checkpoint).exists():
+        command = [sys.executable, "03_train.py", "--output-dir", str(out.resolve()), *flags]
+        run(command, code, out / "train.log")
+    summary = out / "fold0" / "stream_summary.json"
+    if (
+        not summary.exists()
+        or summary.stat().st_mtime < (out / "fold0" / checkpoint).stat().st_mtime
+    ):
+        command = [sys.executable, "04_infer.py", "--output-dir", str(out.resolve()), "--fold",
+                   "0", "--checkpoint", checkpoint, "--no-export", "--no-progress"]  # fmt: skip
+        run(command, code, out / "infer.log")
+    return out
+
+
+@torch.no_grad()
+def fresh_window(out: Path, checkpoint: str, data: FoldData, batch: int = 256) -> pd.Series:
+    """Each validation container predicted from its last `window` questions, re-encoded
+    from a start token; indexed by flat question index."""
+    model, _ = load_model(out / "fold0" / checkpoint)
+    window = model.config.window
+    seq = data.sequences
+    tails = data.fold_tails
+    owners, starts, lengths, firsts = [], [], [], []
+    for s, h, e in zip(tails.students, tails.history, tails.end, strict=True):
+        first = seq.container_first[seq.offsets[s] : seq.offsets[s + 1]]
+        opens = np.flatnonzero(first[h:e] == np.arange(h, e)) + h
+        opens = np.union1d(opens, [h])
+        ends = np.append(opens[1:], e)
+        begin = np.maximum(opens - window, 0)
+        owners += [s] * len(opens)
+        starts += begin.tolist()
+        lengths += (ends - begin).tolist()
+        firsts += opens.tolist()
+    owners, starts, lengths, firsts = map(np.asarray, (owners, starts, lengths, firsts))
+    flat, predicted = [], []
+    cpu = torch.device("cpu")
+    for lo in range(0, len(owners), batch):
+        part = slice(lo, lo + batch)
+        inputs = window_inputs(seq, owners[part], starts[part], lengths[part], data.n_questions)
+        probability = torch.sigmoid(model(to_tensors(inputs, cpu)).float()).numpy()
+        position = inputs["position"]
+        scored = inputs["valid"] & (position >= firsts[part][:, None])
+        rows = np.nonzero(scored)
+        flat.append(seq.offsets[owners[part]][rows[0]] + position[rows])
+        predicted.append(probability[rows])
+    return pd.Series(np.concatenate(predicted), index=np.concatenate(flat))
+
+
+def bucket_table(out: Path, checkpoint: str, data: FoldData, window: int) -> dict:
+    seq = data.sequences
+    streamed = pd.read_parquet(out / "fold0" / "stream_predictions.parquet")
+    flat = np.searchsorted(seq.row, streamed["global_row"].to_numpy())
+    student = np.searchsorted(seq.offsets, flat, side="right") - 1
+    position = flat - seq.offsets[student]
+    label = seq.response[flat]
+    fresh = fresh_window(out, checkpoint, data).reindex(flat).to_numpy()
+    assert not np.isnan(fresh).any(), "every streamed row has a fresh-window prediction"
+    buckets = {
+        "all": np.ones(len(flat), dtype=bool),
+        f"< {window}": position < window,
+        f"{window}-{2 * window - 1}": (position >= window) & (position < 2 * window),
+        f"{2 * window}-{4 * window - 1}": (position >= 2 * window) & (position < 4 * window),
+        f">= {4 * window}": position >= 4 * window,
+        f">= {window}": position >= window,
+    }
+    result = {"rows": {}, "stream": {}, "fresh": {}}
+    for name, mask in buckets.items():
+        result["rows"][name] = int(mask.sum())
+        for kind, score in (("stream", streamed["prediction"].to_numpy()), ("fresh", fresh)):
+            both = mask.any() and 0 < label[mask].mean() < 1
+            result[kind][name] = float(roc_auc_score(label[mask], score[mask])) if both else None
+    summary = json.loads((out / "fold0" / "stream_summary.json").read_text())
+    result["stream_rows_per_s"] = summary["rows_per_s"]
+    history = pd.read_csv(out / "fold0" / "history.csv")
+    result["train_interactions_per_s"] = float(history["interactions_per_s"].mean())
+    result["train_seconds"] = float(history["train_seconds"].sum())
+    return result
+
+
+def section(results: dict, args: argparse.Namespace) -> str:
+    lines = [
+        "`python bench/bench_context.py --before-code <checkout of 179d689>` (output: "
+        "`bench/results/context.txt`). "
+        f"Machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, CPU. "
+        "Before (commit 179d689): training windows of at most `window` questions, each from "
+        "a start token; validation and streaming from the last `window` history questions; "
+        "rotary positions on a quarter of each head's channels. After: training sequences "
+        "carry the receptive field (layers x window) as context; validation and streaming "
+        "start from the last receptive field's questions; rotary positions on all channels "
+        "(after-quarter-rope: on a quarter, as before). All: the last epoch's checkpoint "
+        "(no selection), trained on every training student of the fold; stream = 04's "
+        "predictions, fresh = each container predicted from its last `window` questions "
+        "re-encoded from a start token. Columns: the row's position in the student's "
+        "question history.\n",
+    ]
+    for name, per_window in results.items():
+        lines.append(f"\n**{name}**: {DATASETS[name].note}.\n\n")
+        header, body = None, []
+        for window, versions in per_window.items():
+            for version, r in versions.items():
+                if header is None:
+                    header = ["window", "version", "scored by", *r["rows"]]
+                for kind in ("stream", "fresh"):
+                    cells = [f"{v:.4f}" if v is not None else "–" for v in r[kind].values()]
+                    body.append([str(window), version, kind, *cells])
+            rows = next(iter(versions.values()))["rows"]
+            body.append([str(window), "", "rows", *[f"{n:,}" for n in rows.values()]])
+        lines.append(markdown_table(header, body, "lll" + "r" * (len(header) - 3)))
+    return "".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--before-code", type=Path, required=True, help="checkout of the old code")
+    p.add_argument("--datasets", default=",".join(DATASETS))
+    p.add_argument("--windows", default="32,100")
+    p.add_argument("--versions", default=",".join(VERSIONS))
+    p.add_argument("--work-dir", type=Path, default=REPO / "bench" / "out" / "context")
+    p.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data")
+    p.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
+    args = p.parse_args()
+    codes = {"before": args.before_code.resolve(), "after": REPO}
+    results: dict = {}
+    for name in args.datasets.split(","):
+        data = DATASETS[name]
+        prep = prepare(data, args.work_dir, args.shared_data)
+        fold = load_fold_data(prep, 0)
+        for window in map(int, args.windows.split(",")):
+            for version in args.versions.split(","):
+                if version == "after-quarter-rope" and name not in QUARTER_ROPE_DATASETS:
+                    continue
+                code = codes[VERSIONS[version][0]]
+                out = train_and_stream(code, version, data, window, prep, args.work_dir)
+                table = bucket_table(out, f"epoch_{data.epochs:02d}.pt", fold, window)
+                write_json(out / "buckets.json", table)
+                results.setdefault(name, {}).setdefault(window, {})[version] = table
+                print(
+                    name, window, version, json.dumps(table["stream"]), json.dumps(table["fresh"])
+                )
+    text = section(results, args)
+    print(text)
+    if {"before", "after"} <= set(args.versions.split(",")):
+        write_marked_section(args.benchmarks_file, MARKER, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
