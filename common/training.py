@@ -680,6 +680,7 @@ class Trainer:
             "fold": self.config.fold,
             "fold_fingerprint": self.data.fingerprint,
             "selected_on": self.config.select_on,
+            "resolved": self.resolved(),
             "history": self.history,
             "rng_state": rng_state(),
             "teacher": None
@@ -903,6 +904,16 @@ class Trainer:
         auc = roc_auc_score(labels, probability) if 0 < labels.mean() < 1 else math.nan
         return loss, float(auc), probability
 
+    def resolved(self) -> dict:
+        """What the automatic settings (0 in TrainConfig) resolved to for this run."""
+        return {
+            "batch_size": self.batch_size,
+            "warmup": self.warmup,
+            "total_steps": self.total_steps,
+            "span": self.span,
+            "context": self.context,
+        }
+
     def describe(self) -> str:
         """What this run trains on and how: printed at the start of fit."""
         data, config = self.data, self.config
@@ -994,7 +1005,11 @@ class Trainer:
             writer.writerows(self.history)
         write_json(
             self.fold_dir / "config.json",
-            {"train_config": asdict(self.config), "model_config": self.model_config.to_dict()},
+            {
+                "train_config": asdict(self.config),
+                "model_config": self.model_config.to_dict(),
+                "resolved": self.resolved(),
+            },
         )
 
 

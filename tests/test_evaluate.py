@@ -389,7 +389,13 @@ def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
     config = EvaluateConfig(folds=[0], bootstrap=0, progress=False)
     evaluate(output_dir, tmp_path / "no_input", config)  # the folds it was made with
     old = fold_fingerprint(output_dir, 0)["sha256"]
+    kept = tmp_path / "kept_folds"
+    shutil.copytree(output_dir / "folds", kept)
     make_folds(output_dir, FoldConfig(n_folds=5, seed=1))
     new = fold_fingerprint(output_dir, 0)["sha256"]
     with pytest.raises(FoldMismatchError, match=f"fingerprint {old}.*fingerprint {new}"):
+        evaluate(output_dir, tmp_path / "no_input", config)
+    # the old fold config with another split's cuts (folds of other data, say): refused too
+    shutil.copyfile(kept / "folds.json", output_dir / "folds" / "folds.json")
+    with pytest.raises(FoldMismatchError, match=f"fingerprint {old}"):
         evaluate(output_dir, tmp_path / "no_input", config)

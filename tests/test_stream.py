@@ -497,7 +497,8 @@ def test_kaggle_bundle_runs_alone(demo_dir, tmp_path):
     for _, frame in example.groupby("group_num", sort=True):
         test_df = frame.set_index("group_num")
         question = test_df["content_type_id"].to_numpy() == 0
-        local.update(zip(test_df["row_id"][question].astype(str), state.predict(test_df)))
+        row_ids = test_df["row_id"][question].astype(str)
+        local.update(zip(row_ids, state.predict(test_df), strict=True))
     assert len(local) == len(predicted) == 104
     assert len(set(local.values())) > 20  # predictions that differ from row to row
     for row_id, probability in local.items():

@@ -109,9 +109,12 @@ def test_checkpoints_are_self_describing(demo, tmp_path):
     for key in (
         "model_config", "model_state", "optimizer_state", "scheduler_state", "scaler_state",
         "epoch", "step", "best_auc", "fold", "rng_state", "train_config", "history",
-        "fold_fingerprint", "selected_on",
+        "fold_fingerprint", "selected_on", "resolved",
     ):  # fmt: skip
         assert key in checkpoint, key
+    # the flags gave batch 32 and warm-up 10; the span and context came from the model
+    assert checkpoint["resolved"]["batch_size"] == 32 and checkpoint["resolved"]["warmup"] == 10
+    assert checkpoint["resolved"]["span"] == 4 * 2 * 20 and checkpoint["resolved"]["context"] == 40
     assert checkpoint["epoch"] == 2 and checkpoint["fold"] == 0
     assert checkpoint["selected_on"] == "inner"
     assert checkpoint["best_auc"] == history["inner_auc"].max()
