@@ -202,7 +202,33 @@ def fresh_window(out: Path, checkpoint: str, data: FoldData, batch: int = 256) -
     return pd.Series(np.concatenate(predicted), index=np.concatenate(flat))
 
 
+def paired_difference(
+    label: np.ndarray, a: np.ndarray, b: np.ndarray, student: np.ndarray, resamples: int = 200
+) -> list[float]:
+    """AUC(a) - AUC(b) on the same rows, with a 95% percentile interval from a bootstrap
+    over students (a student's rows are correlated, so they are drawn together)."""
+    order = np.argsort(student, kind="stable")
+    owners, first = np.unique(student[order], return_index=True)
+    bounds = np.append(first, len(order))
+    rng = np.random.default_rng(0)
+    differences = []
+    for _ in range(resamples):
+        drawn = rng.integers(0, len(owners), len(owners))
+        rows = order[np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in drawn])]
+        if 0 < label[rows].mean() < 1:
+            differences.append(
+                roc_auc_score(label[rows], a[rows]) - roc_auc_score(label[rows], b[rows])
+            )
+    low, high = np.percentile(differences, [2.5, 97.5])
+    return [float(roc_auc_score(label, a) - roc_auc_score(label, b)), float(low), float(high)]
+
+
+BUCKETS = ["all", "first window", "1-2 windows", "2-4 windows", "beyond 4", "beyond 1"]
+
+
 def bucket_table(out: Path, checkpoint: str, data: FoldData, window: int) -> dict:
+    """AUC of the stream and of the fresh-window recompute by position in the history
+    (BUCKETS: positions < W, W to 2W, 2W to 4W, >= 4W, >= W), and their paired difference."""
     seq = data.sequences
     streamed = pd.read_parquet(out / "fold0" / "stream_predictions.parquet")
     flat = np.searchsorted(seq.row, streamed["global_row"].to_numpy())
@@ -211,20 +237,26 @@ def bucket_table(out: Path, checkpoint: str, data: FoldData, window: int) -> dic
     label = seq.response[flat]
     fresh = fresh_window(out, checkpoint, data).reindex(flat).to_numpy()
     assert not np.isnan(fresh).any(), "every streamed row has a fresh-window prediction"
-    buckets = {
-        "all": np.ones(len(flat), dtype=bool),
-        f"< {window}": position < window,
-        f"{window}-{2 * window - 1}": (position >= window) & (position < 2 * window),
-        f"{2 * window}-{4 * window - 1}": (position >= 2 * window) & (position < 4 * window),
-        f">= {4 * window}": position >= 4 * window,
-        f">= {window}": position >= window,
-    }
-    result = {"rows": {}, "stream": {}, "fresh": {}}
-    for name, mask in buckets.items():
+    stream = streamed["prediction"].to_numpy()
+    masks = [
+        np.ones(len(flat), dtype=bool),
+        position < window,
+        (position >= window) & (position < 2 * window),
+        (position >= 2 * window) & (position < 4 * window),
+        position >= 4 * window,
+        position >= window,
+    ]
+    result = {"rows": {}, "stream": {}, "fresh": {}, "stream_minus_fresh": {}}
+    for name, mask in zip(BUCKETS, masks, strict=True):
         result["rows"][name] = int(mask.sum())
-        for kind, score in (("stream", streamed["prediction"].to_numpy()), ("fresh", fresh)):
-            both = mask.any() and 0 < label[mask].mean() < 1
+        both = mask.any() and 0 < label[mask].mean() < 1
+        for kind, score in (("stream", stream), ("fresh", fresh)):
             result[kind][name] = float(roc_auc_score(label[mask], score[mask])) if both else None
+        result["stream_minus_fresh"][name] = (
+            paired_difference(label[mask], stream[mask], fresh[mask], student[mask])
+            if both
+            else None
+        )
     summary = json.loads((out / "fold0" / "stream_summary.json").read_text())
     result["stream_rows_per_s"] = summary["rows_per_s"]
     history = pd.read_csv(out / "fold0" / "history.csv")
@@ -246,19 +278,25 @@ def section(results: dict, args: argparse.Namespace) -> str:
         "(after-quarter-rope: on a quarter, as before). All: the last epoch's checkpoint "
         "(no selection), trained on every training student of the fold; stream = 04's "
         "predictions, fresh = each container predicted from its last `window` questions "
-        "re-encoded from a start token. Columns: the row's position in the student's "
-        "question history.\n",
+        "re-encoded from a start token; stream - fresh: the paired AUC difference on the same "
+        "rows, 95% interval from 200 bootstrap resamples of students. Columns: the row's "
+        "position in the student's question history, in windows: the first window (< W), "
+        "W to 2W, 2W to 4W, beyond 4W, and beyond the first window (>= W).\n",
     ]
     for name, per_window in results.items():
         lines.append(f"\n**{name}**: {DATASETS[name].note}.\n\n")
-        header, body = None, []
+        header = ["window", "version", "scored by", *BUCKETS]
+        body = []
         for window, versions in per_window.items():
             for version, r in versions.items():
-                if header is None:
-                    header = ["window", "version", "scored by", *r["rows"]]
                 for kind in ("stream", "fresh"):
                     cells = [f"{v:.4f}" if v is not None else "–" for v in r[kind].values()]
                     body.append([str(window), version, kind, *cells])
+                cells = [
+                    f"{d:+.4f} ({lo:+.4f}, {hi:+.4f})" if d is not None else "–"
+                    for d, lo, hi in (v or (None,) * 3 for v in r["stream_minus_fresh"].values())
+                ]
+                body.append([str(window), version, "stream - fresh (95% CI)", *cells])
             rows = next(iter(versions.values()))["rows"]
             body.append([str(window), "", "rows", *[f"{n:,}" for n in rows.values()]])
         lines.append(markdown_table(header, body, "lll" + "r" * (len(header) - 3)))

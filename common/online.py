@@ -47,6 +47,7 @@ from common.model import SAINT, ModelCache
 from common.predict import to_tensors
 from common.schema import QUESTION
 
+BUILD_PART = 32  # students per forward pass when states are built from their histories
 RING_EXTRA = 16  # ring slack beyond the receptive field: room for the incoming container
 # Per student besides the rings: n_items, last_first, last_timestamp, session_start,
 # key_from, cache_index (int64) and built (bool); and the slot_of dict entry with its two
@@ -428,22 +429,26 @@ class OnlineState:
         self.key_from[slots] = np.where(has_history, last_first + 1, 0)
         index = self.cache_index[slots]
         self.pool.reset(index)
-        if not has_history.any():
-            return
-        inputs = step_inputs(
-            RingSource(self),
-            slots,
-            block_start,
-            block_start,
-            start - block_start,
-            block_start,
-            key_count,
-            self.config.n_questions,
-        )
-        block = self.model.empty_cache(len(slots), self.context)
-        with torch.no_grad():
-            self.model(to_tensors(inputs, self.device), block)
-        self.pool.view(index).absorb(block)
+        # only students with a history have a state to build; shortest first, in parts of
+        # similar lengths, so a part is padded to about its own length, not the longest's
+        built = np.flatnonzero(has_history)
+        built = built[np.argsort(start[built] - block_start[built], kind="stable")]
+        n_parts = -(-len(built) // BUILD_PART)
+        for part in np.array_split(built, n_parts) if n_parts else ():
+            inputs = step_inputs(
+                RingSource(self),
+                slots[part],
+                block_start[part],
+                block_start[part],
+                start[part] - block_start[part],
+                block_start[part],
+                key_count[part],
+                self.config.n_questions,
+            )
+            block = self.model.empty_cache(len(part), self.context)
+            with torch.no_grad():
+                self.model(to_tensors(inputs, self.device), block)
+            self.pool.view(index[part]).absorb(block)
 
 
 class CachePool:

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
+from common import online
 from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
 from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
 from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
@@ -198,7 +199,10 @@ def stream_predictions(
 @pytest.mark.parametrize(
     ("attention", "tags"), [("mha", False), ("mla", False), ("mha", True), ("mha", "rasch")]
 )
-def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags):
+def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags, monkeypatch):
+    # states are built in parts of 2 students (sorted by length), so a build here takes
+    # several parts
+    monkeypatch.setattr(online, "BUILD_PART", 2)
     data = load_fold_data(demo_dir, 0)
     n_tags, max_tags = tag_shape(data.questions) if tags else (0, 1)
     model = random_model(
