@@ -3,7 +3,7 @@
 Reference point for our own SAINT benchmark. Runs in a separate venv that has
 pykt-toolkit and a CPU torch (see bench/results/pykt_saint.txt for the setup):
 
-    /work/pykt-venv/bin/python bench/pykt_saint_throughput.py --batch-sizes 64 512
+    <a venv with pykt-toolkit>/bin/python bench/pykt_saint_throughput.py --batch-sizes 64 512
 
 One timed step is exactly pyKT's training step: `pykt.models.train_model.model_forward`
 (SAINT forward + BCE on all masked positions, as in pyKT's train loop), then

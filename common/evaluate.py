@@ -304,10 +304,10 @@ def stream_summary(output_dir: Path, fold_index: int) -> dict:
 def selection_note(summaries: dict[int, dict]) -> str:
     """Which checkpoint scored each fold and what chose it, in one sentence."""
     chosen = {
-        "inner": "best.pt, chosen on an inner split of the fold's training students (neither "
-        "trained nor selected on the scored rows)",
-        "fold": "best.pt, chosen on these very rows (--select-on fold: optimistic)",
-        None: "a checkpoint named by hand",
+        "inner": "chosen on an inner split of the fold's training students (neither trained "
+        "nor selected on the scored rows)",
+        "fold": "chosen on these very rows (--select-on fold: optimistic)",
+        None: "named by hand",
     }
     parts = []
     for k, summary in sorted(summaries.items()):

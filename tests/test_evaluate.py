@@ -31,6 +31,7 @@ from common.evaluate import (
     evaluate,
     f1_optimal_threshold,
     score_metrics,
+    selection_note,
     slice_table,
     threshold_metrics,
 )
@@ -322,6 +323,7 @@ def test_report_has_tables_and_headline(tiny_report):
     assert report.index("## Headline") < report.index("## Metrics")
     assert "Oracle AUC" in report and "oracle AUC" in report
     assert "model AUC" in stdout and "oracle AUC" in stdout and "report.md" in stdout
+    assert "Checkpoints: fold 0: - (epoch None), named by hand; fold 1:" in report
 
     metrics = pd.read_csv(output_dir / "report" / "metrics.csv")
     assert set(metrics["fold"].astype(str)) == {"0", "1", "pooled"}
@@ -399,3 +401,20 @@ def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
     shutil.copyfile(kept / "folds.json", output_dir / "folds" / "folds.json")
     with pytest.raises(FoldMismatchError, match=f"fingerprint {old}"):
         evaluate(output_dir, tmp_path / "no_input", config)
+
+
+def test_selection_note_says_what_chose_each_checkpoint():
+    note = selection_note(
+        {
+            0: {"checkpoint": "out/fold0/best.pt", "checkpoint_epoch": 4,
+                "checkpoint_selected_on": "inner"},
+            1: {"checkpoint": "best.pt", "checkpoint_epoch": 3, "checkpoint_selected_on": "fold"},
+            2: {"checkpoint": "epoch_06.pt", "checkpoint_epoch": 6},
+        }
+    )  # fmt: skip
+    assert note == (
+        "Checkpoints: fold 0: best.pt (epoch 4), chosen on an inner split of the fold's "
+        "training students (neither trained nor selected on the scored rows); fold 1: best.pt "
+        "(epoch 3), chosen on these very rows (--select-on fold: optimistic); fold 2: "
+        "epoch_06.pt (epoch 6), named by hand."
+    )
