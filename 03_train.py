@@ -10,9 +10,10 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from common.checkpoint import CheckpointError
 from common.folds import FoldMismatchError
 from common.schema import InputError
-from common.training import CheckpointError, TrainConfig, train
+from common.training import TrainConfig, train
 
 DEFAULTS = TrainConfig()
 

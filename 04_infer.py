@@ -15,11 +15,11 @@ import os
 import sys
 from pathlib import Path
 
+from common.checkpoint import CheckpointError
 from common.folds import FoldMismatchError
 from common.inference import InferConfig, export_kaggle, run_competition, run_emulated
 from common.online import StateMemoryError
 from common.schema import InputError
-from common.training import CheckpointError
 
 DEFAULTS = InferConfig()
 

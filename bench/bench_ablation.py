@@ -33,8 +33,7 @@ sys.path.insert(0, str(REPO))
 from common.baselines import BaselineConfig, baseline_scores  # noqa: E402
 from common.data import DATA_SUBDIR, TrainArrays  # noqa: E402
 from common.files import cpu_model, write_marked_section  # noqa: E402
-from common.folds import Fold  # noqa: E402
-from common.training import load_fold_data  # noqa: E402
+from common.folds import Fold, load_fold_data  # noqa: E402
 
 SMALL = ["--d-model", "64", "--layers", "2", "--heads", "4"]
 TRAIN = ["--window", "100", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100"]

@@ -39,11 +39,12 @@ from sklearn.metrics import roc_auc_score
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common.checkpoint import load_model  # noqa: E402
 from common.evaluate import markdown_table  # noqa: E402
 from common.features import window_inputs  # noqa: E402
 from common.files import cpu_model, write_json, write_marked_section  # noqa: E402
+from common.folds import FoldData, load_fold_data  # noqa: E402
 from common.predict import to_tensors  # noqa: E402
-from common.training import FoldData, load_fold_data, load_model  # noqa: E402
 
 MARKER = "context-benchmark"
 WINDOWS = {32: ("--d-model", "32"), 100: ("--d-model", "64")}

@@ -25,9 +25,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common.folds import fold_fingerprint  # noqa: E402
+from common.checkpoint import save_checkpoint  # noqa: E402
+from common.folds import fold_fingerprint, load_fold_data  # noqa: E402
 from common.model import SAINT, ModelConfig  # noqa: E402
-from common.training import load_fold_data, save_checkpoint  # noqa: E402
 
 CONFIGS = {
     "demo": dict(d_model=64, n_heads=4, encoder_layers=2, decoder_layers=2),

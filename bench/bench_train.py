@@ -25,8 +25,9 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.files import cpu_model
+from common.folds import load_fold_data
 from common.predict import to_tensors
-from common.training import TrainConfig, Trainer, load_fold_data
+from common.training import TrainConfig, Trainer
 
 CONFIGS = {
     # the reference size: d_model 256, 2+2 layers, window 100, batch 512

@@ -34,16 +34,12 @@ saved in its state_dict, so inference needs nothing beyond the checkpoint.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
 from common.features import QuestionSequences
+from common.folds import FoldData
 from common.model import SAINT
-
-if TYPE_CHECKING:
-    from common.training import FoldData
 
 DIFFICULTY_SMOOTHING = 10.0  # Beta prior strength in answers; see the module docstring
 UNSEEN_BUCKET = 0

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from common.checkpoint import load_model
 from common.model import SAINT, ModelConfig
 
 
@@ -49,7 +50,6 @@ def load_teacher(
     another fold, or from folds made again with another seed, has trained on this fold's
     validation rows and would leak them into the soft targets.
     """
-    from common.training import load_model  # training imports this module lazily
 
     teacher, checkpoint = load_model(path, device)
     if student is not None:

@@ -137,3 +137,25 @@ def write_run_record(output_dir: str | os.PathLike, name: str, config: Any) -> P
     path = Path(output_dir) / f"{name}_run.json"
     write_json(path, record)
     return path
+
+
+def remove_stale_temp_files(folder: Path) -> list[Path]:
+    """Remove temp files (common.files' `.name.tmp-PID`) whose process is gone: what a
+    run killed while writing leaves beside its outputs. Returns what was removed."""
+    removed = []
+    for path in folder.glob(".*.tmp-*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _process_alive(int(pid)) and path.is_file():
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True

@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.data import DATA_SUBDIR, TrainArrays, container_starts
+from common.data import DATA_SUBDIR, TrainArrays, container_starts, load_questions, question_parts
+from common.features import QuestionSequences, build_sequences
 from common.files import atomic_dir, write_run_record
 from common.schema import QUESTION, InputError
 
@@ -339,3 +340,112 @@ def inner_cut(
         starts = np.flatnonzero(first == np.arange(len(first)))[1:]
         cut[student] = 0 if new or len(starts) == 0 else int(rng.choice(starts))
     return cut
+
+
+# ---------------------------------------------------------------------------------------
+# a fold's data for training and validation
+
+
+@dataclass
+class Tails:
+    """Validation tails: questions [history[i], end[i]) of students[i], each predicted
+    after that student's questions [0, history[i])."""
+
+    students: np.ndarray
+    history: np.ndarray
+    end: np.ndarray
+
+    @classmethod
+    def between(cls, history: np.ndarray, end: np.ndarray) -> Tails:
+        """The tails of every student with questions between history and end."""
+        students = np.flatnonzero(history < end)
+        return cls(students, history[students], end[students])
+
+    def flat_index(self, sequences: QuestionSequences) -> np.ndarray:
+        """Flat sequence indices of the tails' questions, student by student."""
+        count = self.end - self.history
+        before = np.cumsum(count) - count  # entries of the earlier students
+        first = np.repeat(sequences.offsets[self.students] + self.history - before, count)
+        return first + np.arange(count.sum())
+
+    def labels(self, sequences: QuestionSequences) -> np.ndarray:
+        return sequences.response[self.flat_index(sequences)].astype(np.float32)
+
+
+@dataclass
+class FoldData:
+    """A fold's question sequences, where each student's validation tail starts, and what
+    the model trains on."""
+
+    sequences: QuestionSequences
+    train_length: np.ndarray  # (n_students,) questions before the fold's cut
+    n_questions: int
+    questions: pd.DataFrame | None = None  # questions.parquet (tags for --tags)
+    # (n_students,) questions the model trains on: train_length, or less for the students
+    # of an inner validation split (common.folds.inner_cut); None: train_length
+    fit_length: np.ndarray | None = None
+    fingerprint: dict | None = None  # common.folds.fold_fingerprint
+
+    def __post_init__(self) -> None:
+        if self.fit_length is None:
+            self.fit_length = self.train_length
+
+    @property
+    def fold_tails(self) -> Tails:
+        """The fold's validation questions (what 04 streams and 05 scores)."""
+        return Tails.between(self.train_length, self.sequences.lengths())
+
+    @property
+    def inner_tails(self) -> Tails:
+        """The inner validation questions: training questions of the fold held out from
+        the model's training (empty without an inner split)."""
+        return Tails.between(self.fit_length, self.train_length)
+
+    @property
+    def valid_students(self) -> np.ndarray:
+        return self.fold_tails.students
+
+    @property
+    def valid_history(self) -> np.ndarray:
+        return self.fold_tails.history
+
+    @property
+    def valid_end(self) -> np.ndarray:
+        return self.fold_tails.end
+
+    def valid_labels(self) -> np.ndarray:
+        return self.fold_tails.labels(self.sequences)
+
+
+def load_fold_data(
+    output_dir: str | Path, fold_index: int, inner_share: float = 0.0, seed: int = 0
+) -> FoldData:
+    """Fold `fold_index` of `<output_dir>/data` and `<output_dir>/folds`; with
+    inner_share > 0 an inner validation split is carved from its training students
+    (seeded by seed and the fold), mixing new and continuing students as the fold's own
+    validation students do."""
+    data_dir = Path(output_dir) / DATA_SUBDIR
+    arrays = TrainArrays.load(data_dir)
+    questions = load_questions(data_dir)
+    sequences = build_sequences(arrays, question_parts(questions))
+    fold = Fold.load(output_dir, fold_index)
+    cut_row = arrays.offsets[:-1] + fold.user_cut
+    train_length = (np.searchsorted(sequences.row, cut_row) - sequences.offsets[:-1]).astype(
+        np.int64
+    )
+    fit_length = None
+    if inner_share > 0:
+        validating = train_length < sequences.lengths()
+        new_share = float((train_length[validating] == 0).mean()) if validating.any() else 0.0
+        rng = np.random.default_rng([seed, fold_index, 1])
+        fit_length = inner_cut(
+            sequences.container_first, sequences.offsets, train_length, inner_share, new_share, rng
+        )
+    return FoldData(
+        sequences=sequences,
+        train_length=train_length,
+        n_questions=int(questions["question_id"].max()) + 1,
+        questions=questions,
+        fit_length=fit_length,
+        fingerprint=fold_fingerprint(output_dir, fold_index),
+    )

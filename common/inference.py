@@ -27,13 +27,14 @@ import torch
 from sklearn.metrics import roc_auc_score
 from tqdm import tqdm
 
+from common.checkpoint import load_model
 from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.device import resolve_device
 from common.emulator import Emulator, EmulatorConfig
 from common.features import build_sequences
 from common.files import atomic_file, write_json, write_run_record, write_text
-from common.folds import Fold, check_fold_fingerprint
+from common.folds import Fold, check_fold_fingerprint, load_fold_data
 from common.online import OnlineState, Snapshot, build_snapshot
-from common.training import load_fold_data, load_model, resolve_device
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent

@@ -1,6 +1,6 @@
 """Training loop for 03_train.py: training sequences, optimizer and schedule, validation
-and model selection, self-describing checkpoints, resume, early stopping,
-DistributedDataParallel.
+and model selection, what each checkpoint records (common/checkpoint.py writes it),
+resume, early stopping, DistributedDataParallel.
 
 Training sequences: a student's training questions are cut into consecutive spans
 (`span` questions, 4 receptive fields by default), with the cut points shifted by a
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import math
 import os
 import random
@@ -34,19 +33,30 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 from tqdm import tqdm
 
-from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
-from common.features import QuestionSequences, build_sequences, window_inputs
-from common.files import atomic_file, write_json, write_run_record
-from common.folds import Fold, fold_fingerprint, inner_cut
+from common.checkpoint import (
+    CheckpointError,
+    dict_differences,
+    latest_epoch_checkpoint,
+    read_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from common.device import autocast_dtype, resolve_device
+from common.difficulty import install_difficulty, out_of_fold_buckets
+from common.distill import check_distill_options, distillation_loss, load_teacher
+from common.features import window_inputs
+from common.files import atomic_file, remove_stale_temp_files, write_json, write_run_record
+from common.folds import FoldData, Tails, load_fold_data
 from common.model import MODEL_PRESETS, SAINT, ModelConfig
 from common.predict import predict_tails, to_tensors
+from common.tags import install_tags, tag_shape
 
 
 @dataclass
@@ -134,111 +144,6 @@ class TrainConfig:
 # data
 
 
-@dataclass
-class Tails:
-    """Validation tails: questions [history[i], end[i]) of students[i], each predicted
-    after that student's questions [0, history[i])."""
-
-    students: np.ndarray
-    history: np.ndarray
-    end: np.ndarray
-
-    @classmethod
-    def between(cls, history: np.ndarray, end: np.ndarray) -> Tails:
-        """The tails of every student with questions between history and end."""
-        students = np.flatnonzero(history < end)
-        return cls(students, history[students], end[students])
-
-    def flat_index(self, sequences: QuestionSequences) -> np.ndarray:
-        """Flat sequence indices of the tails' questions, student by student."""
-        count = self.end - self.history
-        before = np.cumsum(count) - count  # entries of the earlier students
-        first = np.repeat(sequences.offsets[self.students] + self.history - before, count)
-        return first + np.arange(count.sum())
-
-    def labels(self, sequences: QuestionSequences) -> np.ndarray:
-        return sequences.response[self.flat_index(sequences)].astype(np.float32)
-
-
-@dataclass
-class FoldData:
-    """A fold's question sequences, where each student's validation tail starts, and what
-    the model trains on."""
-
-    sequences: QuestionSequences
-    train_length: np.ndarray  # (n_students,) questions before the fold's cut
-    n_questions: int
-    questions: pd.DataFrame | None = None  # questions.parquet (tags for --tags)
-    # (n_students,) questions the model trains on: train_length, or less for the students
-    # of an inner validation split (common.folds.inner_cut); None: train_length
-    fit_length: np.ndarray | None = None
-    fingerprint: dict | None = None  # common.folds.fold_fingerprint
-
-    def __post_init__(self) -> None:
-        if self.fit_length is None:
-            self.fit_length = self.train_length
-
-    @property
-    def fold_tails(self) -> Tails:
-        """The fold's validation questions (what 04 streams and 05 scores)."""
-        return Tails.between(self.train_length, self.sequences.lengths())
-
-    @property
-    def inner_tails(self) -> Tails:
-        """The inner validation questions: training questions of the fold held out from
-        the model's training (empty without an inner split)."""
-        return Tails.between(self.fit_length, self.train_length)
-
-    @property
-    def valid_students(self) -> np.ndarray:
-        return self.fold_tails.students
-
-    @property
-    def valid_history(self) -> np.ndarray:
-        return self.fold_tails.history
-
-    @property
-    def valid_end(self) -> np.ndarray:
-        return self.fold_tails.end
-
-    def valid_labels(self) -> np.ndarray:
-        return self.fold_tails.labels(self.sequences)
-
-
-def load_fold_data(
-    output_dir: str | Path, fold_index: int, inner_share: float = 0.0, seed: int = 0
-) -> FoldData:
-    """Fold `fold_index` of `<output_dir>/data` and `<output_dir>/folds`; with
-    inner_share > 0 an inner validation split is carved from its training students
-    (seeded by seed and the fold), mixing new and continuing students as the fold's own
-    validation students do."""
-    data_dir = Path(output_dir) / DATA_SUBDIR
-    arrays = TrainArrays.load(data_dir)
-    questions = load_questions(data_dir)
-    sequences = build_sequences(arrays, question_parts(questions))
-    fold = Fold.load(output_dir, fold_index)
-    cut_row = arrays.offsets[:-1] + fold.user_cut
-    train_length = (np.searchsorted(sequences.row, cut_row) - sequences.offsets[:-1]).astype(
-        np.int64
-    )
-    fit_length = None
-    if inner_share > 0:
-        validating = train_length < sequences.lengths()
-        new_share = float((train_length[validating] == 0).mean()) if validating.any() else 0.0
-        rng = np.random.default_rng([seed, fold_index, 1])
-        fit_length = inner_cut(
-            sequences.container_first, sequences.offsets, train_length, inner_share, new_share, rng
-        )
-    return FoldData(
-        sequences=sequences,
-        train_length=train_length,
-        n_questions=int(questions["question_id"].max()) + 1,
-        questions=questions,
-        fit_length=fit_length,
-        fingerprint=fold_fingerprint(output_dir, fold_index),
-    )
-
-
 def epoch_spans(
     train_length: np.ndarray, span: int, context: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -294,26 +199,6 @@ def batch_bounds(weight: np.ndarray, budget: int, least: int = 1) -> list[slice]
 # devices, distributed, precision
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
-    return torch.device(name)
-
-
-def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    if amp == "off" or (amp == "auto" and device.type != "cuda"):
-        return None
-    if amp == "fp16":
-        return torch.float16
-    if amp in ("auto", "bf16"):
-        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            return torch.float16
-        return torch.bfloat16
-    raise ValueError(f"--amp must be auto, bf16, fp16 or off, got {amp!r}")
-
-
 @dataclass
 class Distributed:
     rank: int = 0
@@ -346,155 +231,6 @@ class Distributed:
         tensor = torch.tensor([value], dtype=torch.float64)
         dist.broadcast(tensor, 0)
         return float(tensor.item())
-
-
-# ---------------------------------------------------------------------------------------
-# checkpoints
-
-
-def rng_state() -> dict:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def save_checkpoint(path: Path, payload: dict) -> None:
-    """Write a checkpoint atomically, with a digest of its weights that load_model checks
-    (damage inside tensor data would otherwise load silently)."""
-    payload = payload | {"model_digest": state_digest(payload["model_state"])}
-    with atomic_file(path) as tmp:
-        torch.save(payload, tmp)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: missing, unreadable (truncated or corrupted), or
-    holding weights of another model config than the one it records. The message names
-    the file."""
-
-
-def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict:
-    """torch.load, with a CheckpointError naming the file when it is missing or is not a
-    readable checkpoint of this project."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found (03_train.py writes it)")
-    try:
-        checkpoint = torch.load(path, map_location=device, weights_only=False)
-    # Unpickling a damaged file can raise nearly any exception type (RuntimeError from the
-    # zip reader, EOFError, UnpicklingError, UnicodeDecodeError, ...); the cause is chained.
-    except Exception as error:
-        first_sentence = (str(error).splitlines() or [""])[0].split(". ")[0][:160]
-        raise CheckpointError(
-            f"{path}: not a readable checkpoint ({path.stat().st_size:,} bytes; truncated or "
-            f"corrupted?): {type(error).__name__}: {first_sentence}"
-        ) from error
-    for key in ("model_config", "model_state"):
-        if not isinstance(checkpoint, dict) or key not in checkpoint:
-            raise CheckpointError(f"{path}: not a checkpoint of this project (no {key!r})")
-    return checkpoint
-
-
-def state_digest(state: dict[str, torch.Tensor]) -> str:
-    """sha256 over a state dict's names, shapes, dtypes and bytes: a checkpoint that
-    records it is checked on load, which catches damage inside tensor data that the zip
-    reader does not notice."""
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        tensor = state[name].detach().cpu().contiguous()
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def dict_differences(found: dict, expected: dict, limit: int = 6) -> str:
-    """'key: <found> vs <expected>' for each key whose values differ ('<none>' where a
-    dict lacks the key), at most `limit` of them; '' when the dicts agree."""
-
-    def shown(values: dict, key) -> str:
-        return repr(values[key]) if key in values else "<none>"
-
-    keys = sorted(set(found) | set(expected), key=str)
-    parts = [
-        f"{k}: {shown(found, k)} vs {shown(expected, k)}"
-        for k in keys
-        if k not in found or k not in expected or found[k] != expected[k]
-    ]
-    more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
-    return "; ".join(parts[:limit]) + more
-
-
-def state_mismatch(state: dict[str, torch.Tensor], model: torch.nn.Module) -> str:
-    """Which weights of `state` do not fit `model` (missing, unexpected, other shape)."""
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in state.items()}
-    return dict_differences(found, shapes)
-
-
-def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[SAINT, dict]:
-    """Rebuild a model from a checkpoint alone; returns (model in eval mode, checkpoint).
-
-    Raises CheckpointError naming the file when it is missing or damaged, or when its
-    weights do not fit the model config it records."""
-    checkpoint = read_checkpoint(path, device)
-    try:
-        config = ModelConfig.from_dict(checkpoint["model_config"])
-    except (TypeError, ValueError) as error:
-        raise CheckpointError(
-            f"{path}: its model_config does not fit this code: {error}"
-        ) from error
-    model = SAINT(config).to(device)
-    state = checkpoint["model_state"]
-    mismatch = state_mismatch(state, model)
-    if mismatch:
-        raise CheckpointError(
-            f"{path}: its weights are of another model config than the one it records "
-            f"(weight: checkpoint shape vs its config's shape) {mismatch}"
-        )
-    recorded = checkpoint.get("model_digest")
-    if recorded is not None and recorded != state_digest(state):
-        raise CheckpointError(f"{path}: its weights do not match their recorded digest (corrupted)")
-    model.load_state_dict(state)
-    return model.eval(), checkpoint
-
-
-def latest_epoch_checkpoint(fold_dir: Path) -> Path | None:
-    found = sorted(fold_dir.glob("epoch_*.pt"))
-    return found[-1] if found else None
-
-
-def remove_stale_temp_files(folder: Path) -> list[Path]:
-    """Remove temp files (common.files' `.name.tmp-PID`) whose process is gone: what a
-    run killed while writing leaves beside its outputs. Returns what was removed."""
-    removed = []
-    for path in folder.glob(".*.tmp-*"):
-        pid = path.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _process_alive(int(pid)) and path.is_file():
-            path.unlink()
-            removed.append(path)
-    return removed
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -564,15 +300,11 @@ class Trainer:
         random.seed(self.config.seed)
         shape = (0, 1)
         if self.config.tags:
-            from common.tags import tag_shape
-
             shape = tag_shape(self.data.questions)
         self.model_config = self.config.model_config(self.data.n_questions, shape)
         self.model = SAINT(self.model_config).to(self.device)
         self.teacher = None
         if self.config.teacher:
-            from common.distill import check_distill_options, load_teacher
-
             check_distill_options(self.config.distill_alpha, self.config.distill_temperature)
             self.teacher = load_teacher(
                 self.config.teacher, self.device, self.model_config, self.data.fingerprint
@@ -589,8 +321,6 @@ class Trainer:
         self._check_selection()
         self.difficulty = None  # per flat question: its difficulty bucket as an input
         if self.config.difficulty_buckets:
-            from common.difficulty import install_difficulty, out_of_fold_buckets
-
             install_difficulty(self.model, self.data)
             self.difficulty = out_of_fold_buckets(
                 self.data.sequences,
@@ -599,8 +329,6 @@ class Trainer:
                 self.config.difficulty_buckets,
             )
         if self.config.tags:
-            from common.tags import install_tags
-
             install_tags(self.model, self.data.questions)
         self.train_model = self.model
         if self.dist.world > 1:
@@ -848,7 +576,6 @@ class Trainer:
             logits = self.train_model(batch)
             if self.teacher is None:
                 return masked_bce(logits, batch["label"], valid)
-            from common.distill import distillation_loss
 
             with torch.no_grad():
                 teacher_logits = self.teacher(batch)

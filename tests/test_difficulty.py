@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.checkpoint import load_model, save_checkpoint
 from common.difficulty import (
     DIFFICULTY_SMOOTHING,
     OUT_OF_FOLD_GROUPS,
@@ -20,8 +21,8 @@ from common.difficulty import (
     smoothed_correct_rate,
 )
 from common.features import SEQUENCE_FIELDS, QuestionSequences
+from common.folds import FoldData, load_fold_data
 from common.model import SAINT, ModelConfig
-from common.training import FoldData, load_fold_data, load_model, save_checkpoint
 from tests.helpers import make_tiny_demo
 
 

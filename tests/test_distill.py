@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common.checkpoint import save_checkpoint
 from common.distill import distillation_loss, load_teacher
 from common.model import SAINT, ModelConfig
-from common.training import save_checkpoint
 from tests.helpers import make_tiny_demo
 
 # 2 students x 3 positions; the last position of student 1 is padding, with logits that
@@ -249,7 +249,8 @@ def test_train_script_distills_from_a_teacher(tmp_path: Path, run_script) -> Non
 
 
 def test_trainer_rejects_an_incompatible_teacher(tmp_path: Path) -> None:
-    from common.training import TrainConfig, Trainer, load_fold_data
+    from common.folds import load_fold_data
+    from common.training import TrainConfig, Trainer
 
     output = make_tiny_demo(tmp_path, users=30)
     data = load_fold_data(output, 0)

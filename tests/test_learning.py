@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from common.evaluate import EvaluateConfig, evaluate
+from common.folds import load_fold_data
 from common.inference import InferConfig, run_emulated
-from common.training import TrainConfig, Trainer, load_fold_data
+from common.training import TrainConfig, Trainer
 from tests.helpers import make_tiny_demo
 
 

@@ -28,23 +28,17 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from common.checkpoint import CheckpointError, save_checkpoint, state_digest
 from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
 from common.emulator import Emulator, EmulatorConfig, stream_frame
 from common.evaluate import EvaluateConfig, evaluate
-from common.folds import FOLDS_SUBDIR, Fold, FoldConfig, make_folds
+from common.files import remove_stale_temp_files
+from common.folds import FOLDS_SUBDIR, Fold, FoldConfig, load_fold_data, make_folds
 from common.inference import stream_loop, write_outputs
 from common.model import SAINT, ModelConfig
 from common.online import OnlineState, Snapshot, StateMemoryError, build_snapshot
 from common.preprocess import PreprocessConfig, check_memory, estimate_peak_memory, preprocess
-from common.training import (
-    CheckpointError,
-    TrainConfig,
-    Trainer,
-    load_fold_data,
-    remove_stale_temp_files,
-    save_checkpoint,
-    state_digest,
-)
+from common.training import TrainConfig, Trainer
 from tests.helpers import REPO, make_tiny_demo
 
 CPU = torch.device("cpu")

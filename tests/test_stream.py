@@ -18,17 +18,18 @@ import pytest
 import torch
 
 from common import online
+from common.checkpoint import save_checkpoint
 from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
 from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
 from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
-from common.folds import Fold, FoldConfig, make_folds
+from common.folds import Fold, FoldConfig, load_fold_data, make_folds
 from common.inference import export_kaggle, stream_loop
 from common.model import SAINT, ModelConfig
 from common.online import CachePool, OnlineState, Snapshot, build_snapshot
 from common.predict import predict_tails, to_tensors
 from common.schema import TEST_COLUMNS
 from common.tags import install_tags, tag_shape
-from common.training import TrainConfig, Trainer, load_fold_data, save_checkpoint
+from common.training import TrainConfig, Trainer
 from tests.helpers import REPO, make_tiny_demo, preprocess_real_rows, shared_file
 
 CPU = torch.device("cpu")

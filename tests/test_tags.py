@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
+from common.checkpoint import load_model, save_checkpoint
+from common.folds import load_fold_data
 from common.model import SAINT, ModelConfig
 from common.schema import InputError
 from common.tags import install_tags, parse_tags, question_tag_matrix, tag_shape
-from common.training import load_fold_data, load_model, save_checkpoint
 from tests.helpers import make_tiny_demo
 
 QUESTIONS = pd.DataFrame(

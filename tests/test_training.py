@@ -12,17 +12,11 @@ import pandas as pd
 import pytest
 import torch
 
+from common.checkpoint import load_model, save_checkpoint
+from common.features import window_inputs
+from common.folds import load_fold_data
 from common.predict import to_tensors
-from common.training import (
-    TrainConfig,
-    Trainer,
-    batch_bounds,
-    epoch_spans,
-    load_fold_data,
-    load_model,
-    save_checkpoint,
-    window_inputs,
-)
+from common.training import TrainConfig, Trainer, batch_bounds, epoch_spans
 from tests.helpers import REPO, make_tiny_demo
 
 TINY = [
