@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.metrics import roc_auc_score
 
 from common.data import TrainArrays
 from common.folds import Fold
+from common.metrics import auc_or_nan
 from common.schema import QUESTION, TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 
 TEST_DTYPES = {name: TRAIN_DTYPES[name] for name in TEST_COLUMNS if name in TRAIN_DTYPES}
@@ -283,4 +283,6 @@ class Emulator:
 
     def score(self) -> float:
         results = self.results()
-        return float(roc_auc_score(results["answered_correctly"], results["prediction"]))
+        return auc_or_nan(
+            results["answered_correctly"].to_numpy(), results["prediction"].to_numpy()
+        )

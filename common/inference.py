@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.metrics import roc_auc_score
 from tqdm import tqdm
 
 from common.checkpoint import load_model
@@ -34,6 +33,7 @@ from common.emulator import Emulator, EmulatorConfig
 from common.features import build_sequences
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
+from common.metrics import auc_or_nan
 from common.online import OnlineState, Snapshot, build_snapshot
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -93,12 +93,6 @@ def stream_loop(env, state: OnlineState, progress: bool = True) -> dict:
     }
 
 
-def _auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    if len(labels) == 0 or labels.min() == labels.max():
-        return float("nan")
-    return float(roc_auc_score(labels, scores))
-
-
 def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
     """AUC overall, for new and continuing students, and by part."""
     slices = [("all", np.ones(len(results), dtype=bool))]
@@ -114,7 +108,7 @@ def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
             {
                 "slice": name,
                 "rows": int(mask.sum()),
-                "auc": _auc(labels, scores),
+                "auc": auc_or_nan(labels, scores),
                 "share_correct": float(labels.mean()) if len(labels) else float("nan"),
             }
         )

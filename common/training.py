@@ -36,7 +36,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from sklearn.metrics import roc_auc_score
 from tqdm import tqdm
 
 from common.checkpoint import (
@@ -54,6 +53,7 @@ from common.distill import check_distill_options, distillation_loss, load_teache
 from common.features import window_inputs
 from common.files import atomic_file, remove_stale_temp_files, write_json, write_run_record
 from common.folds import FoldData, Tails, load_fold_data
+from common.metrics import auc_or_nan, binary_log_loss
 from common.model import MODEL_PRESETS, SAINT, ModelConfig
 from common.predict import predict_tails, to_tensors
 from common.tags import install_tags, tag_shape
@@ -624,12 +624,7 @@ class Trainer:
             self.config.valid_batch_size,
         )
         labels = tails.labels(self.data.sequences)
-        if len(labels) == 0:
-            return math.nan, math.nan, probability
-        clipped = np.clip(probability, 1e-7, 1 - 1e-7)
-        loss = float(-(labels * np.log(clipped) + (1 - labels) * np.log(1 - clipped)).mean())
-        auc = roc_auc_score(labels, probability) if 0 < labels.mean() < 1 else math.nan
-        return loss, float(auc), probability
+        return binary_log_loss(labels, probability), auc_or_nan(labels, probability), probability
 
     def resolved(self) -> dict:
         """What the automatic settings (0 in TrainConfig) resolved to for this run."""

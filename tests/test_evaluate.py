@@ -24,19 +24,15 @@ from common.baselines import (
 )
 from common.data import DATA_SUBDIR, TrainArrays
 from common.emulator import Emulator
-from common.evaluate import (
-    EvaluateConfig,
-    bootstrap_auc_interval,
-    container_sizes,
-    evaluate,
-    f1_optimal_threshold,
-    score_metrics,
-    selection_note,
-    slice_table,
-    threshold_metrics,
-)
+from common.evaluate import EvaluateConfig, container_sizes, evaluate, selection_note, slice_table
 from common.features import build_sequences
 from common.folds import Fold, FoldConfig, FoldMismatchError, fold_fingerprint, make_folds
+from common.metrics import (
+    bootstrap_auc_interval,
+    f1_optimal_threshold,
+    score_metrics,
+    threshold_metrics,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
