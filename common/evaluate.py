@@ -33,8 +33,8 @@ from sklearn.metrics import (
 
 from common import plots
 from common.baselines import BASELINE_NAMES, BaselineConfig, baseline_scores
-from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
-from common.features import QuestionSequences, build_sequences
+from common.dataset import Dataset
+from common.features import QuestionSequences
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, FoldMismatchError, check_fold_fingerprint
 from common.metrics import auc_or_nan, bootstrap_auc_interval, score_metrics
@@ -84,23 +84,6 @@ def discover_folds(output_dir: Path) -> list[int]:
     return sorted(found)
 
 
-@dataclass
-class EvaluationData:
-    """What every fold shares: the rows, their question sequences and the part table."""
-
-    arrays: TrainArrays
-    sequences: QuestionSequences
-    n_questions: int
-
-    @classmethod
-    def load(cls, output_dir: Path) -> EvaluationData:
-        data_dir = output_dir / DATA_SUBDIR
-        arrays = TrainArrays.load(data_dir)
-        questions = load_questions(data_dir)
-        sequences = build_sequences(arrays, question_parts(questions))
-        return cls(arrays, sequences, int(questions["question_id"].max()) + 1)
-
-
 def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.ndarray:
     """Number of questions in the task container of each flat entry."""
     n = len(sequences.row)
@@ -114,7 +97,7 @@ def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.nda
 
 
 def load_fold_rows(
-    output_dir: Path, fold_index: int, data: EvaluationData, config: EvaluateConfig
+    output_dir: Path, fold_index: int, data: Dataset, config: EvaluateConfig
 ) -> pd.DataFrame:
     """One fold's streamed question rows with labels from the data arrays, the slice
     keys and both baselines. Raises if the predictions file does not match the fold."""
@@ -532,7 +515,7 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
     folds = config.folds if config.folds is not None else discover_folds(output_dir)
     if not folds:
         raise FileNotFoundError(f"no {output_dir}/fold*/{PREDICTIONS_FILE}: run 04_infer.py first")
-    data = EvaluationData.load(output_dir)
+    data = Dataset.load(output_dir)
     rows = pd.concat([load_fold_rows(output_dir, k, data, config) for k in folds])
     rows = rows.reset_index(drop=True)
     truth_path = input_dir / TRUTH_FILE

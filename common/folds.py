@@ -36,8 +36,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.data import DATA_SUBDIR, TrainArrays, container_starts, load_questions, question_parts
-from common.features import QuestionSequences, build_sequences
+from common.data import DATA_SUBDIR, TrainArrays, container_starts
+from common.dataset import Dataset
+from common.features import QuestionSequences
 from common.files import atomic_dir, write_run_record
 from common.schema import QUESTION, InputError
 
@@ -418,16 +419,18 @@ class FoldData:
 
 
 def load_fold_data(
-    output_dir: str | Path, fold_index: int, inner_share: float = 0.0, seed: int = 0
+    output_dir: str | Path,
+    fold_index: int,
+    inner_share: float = 0.0,
+    seed: int = 0,
+    dataset: Dataset | None = None,
 ) -> FoldData:
-    """Fold `fold_index` of `<output_dir>/data` and `<output_dir>/folds`; with
-    inner_share > 0 an inner validation split is carved from its training students
-    (seeded by seed and the fold), mixing new and continuing students as the fold's own
-    validation students do."""
-    data_dir = Path(output_dir) / DATA_SUBDIR
-    arrays = TrainArrays.load(data_dir)
-    questions = load_questions(data_dir)
-    sequences = build_sequences(arrays, question_parts(questions))
+    """Fold `fold_index` of `<output_dir>/data` (or of `dataset`, already loaded from
+    it) and `<output_dir>/folds`; with inner_share > 0 an inner validation split is
+    carved from its training students (seeded by seed and the fold), mixing new and
+    continuing students as the fold's own validation students do."""
+    dataset = dataset or Dataset.load(output_dir)
+    arrays, questions, sequences = dataset.arrays, dataset.questions, dataset.sequences
     fold = Fold.load(output_dir, fold_index)
     cut_row = arrays.offsets[:-1] + fold.user_cut
     train_length = (np.searchsorted(sequences.row, cut_row) - sequences.offsets[:-1]).astype(
@@ -444,7 +447,7 @@ def load_fold_data(
     return FoldData(
         sequences=sequences,
         train_length=train_length,
-        n_questions=int(questions["question_id"].max()) + 1,
+        n_questions=dataset.n_questions,
         questions=questions,
         fit_length=fit_length,
         fingerprint=fold_fingerprint(output_dir, fold_index),

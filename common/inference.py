@@ -27,10 +27,10 @@ import torch
 from tqdm import tqdm
 
 from common.checkpoint import load_model
-from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.data import DATA_SUBDIR, load_questions, question_parts
+from common.dataset import Dataset
 from common.device import resolve_device
 from common.emulator import Emulator, EmulatorConfig
-from common.features import build_sequences
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
 from common.metrics import auc_or_nan
@@ -116,21 +116,16 @@ def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
 
 
 def fold_state(
-    output_dir: Path,
-    config: InferConfig,
-    model,
-    device: torch.device,
-    arrays: TrainArrays,
-    parts: np.ndarray,
+    output_dir: Path, config: InferConfig, model, device: torch.device, dataset: Dataset
 ) -> OnlineState:
     """The online state at the start of fold `config.fold`'s stream: every student's
-    training questions (the fold's sequences and snapshot are dropped on return)."""
-    data = load_fold_data(output_dir, config.fold)
+    training questions (the fold's snapshot is dropped on return)."""
+    data = load_fold_data(output_dir, config.fold, dataset=dataset)
     snapshot = build_snapshot(
-        data.sequences, arrays.users, data.train_length, model.config.receptive_field
+        data.sequences, dataset.arrays.users, data.train_length, model.config.receptive_field
     )
     return OnlineState(
-        model, parts, device, snapshot, config.cache_students, config.max_state_bytes
+        model, dataset.parts, device, snapshot, config.cache_students, config.max_state_bytes
     )
 
 
@@ -141,10 +136,11 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
     model, checkpoint = load_model(fold_dir / config.checkpoint, device)
     fingerprint = checkpoint.get("fold_fingerprint")
     check_fold_fingerprint(fingerprint, output_dir, config.fold, str(fold_dir / config.checkpoint))
-    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    dataset = Dataset.load(output_dir)
     fold = Fold.load(output_dir, config.fold)
-    parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
-    state = fold_state(output_dir, config, model, device, arrays, parts)
+    state = fold_state(output_dir, config, model, device, dataset)
+    arrays, parts = dataset.arrays, dataset.parts
+    del dataset  # the sequences are not needed while streaming
     env = Emulator.from_fold(arrays, fold, EmulatorConfig(config.seed, config.max_group_students))
     timing = stream_loop(env, state, config.progress)
     results = env.results()
@@ -207,10 +203,9 @@ def write_outputs(fold_dir: Path, results: pd.DataFrame, table: pd.DataFrame, su
 
 
 def full_snapshot(output_dir: Path, keep_last: int) -> Snapshot:
-    data_dir = output_dir / DATA_SUBDIR
-    arrays = TrainArrays.load(data_dir)
-    sequences = build_sequences(arrays, question_parts(load_questions(data_dir)))
-    return build_snapshot(sequences, arrays.users, sequences.lengths(), keep_last)
+    dataset = Dataset.load(output_dir)
+    sequences = dataset.sequences
+    return build_snapshot(sequences, dataset.arrays.users, sequences.lengths(), keep_last)
 
 
 def export_kaggle(output_dir: Path, fold: int, dest: Path, dataset_id: str) -> Path:

@@ -1,0 +1,39 @@
+"""What stage 1 wrote, read back for the model: the rows (common.data.TrainArrays), the
+question table and every student's question sequence (common.features). One loader for
+training, validation, streaming, evaluation and the benchmarks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.features import QuestionSequences, build_sequences
+
+
+@dataclass
+class Dataset:
+    arrays: TrainArrays
+    questions: pd.DataFrame
+    sequences: QuestionSequences
+
+    @property
+    def n_questions(self) -> int:
+        """Question ids run 0..n_questions - 1 (n_questions is the model's unknown id)."""
+        return int(self.questions["question_id"].max()) + 1
+
+    @property
+    def parts(self) -> np.ndarray:
+        """(n_questions,) TOEIC part of each question id."""
+        return question_parts(self.questions)
+
+    @classmethod
+    def load(cls, output_dir: str | Path) -> Dataset:
+        """`<output_dir>/data` (01_preprocess.py's output)."""
+        data_dir = Path(output_dir) / DATA_SUBDIR
+        arrays = TrainArrays.load(data_dir)
+        questions = load_questions(data_dir)
+        return cls(arrays, questions, build_sequences(arrays, question_parts(questions)))
