@@ -18,6 +18,7 @@ from common.features import QuestionSequences, build_sequences
 class Dataset:
     arrays: TrainArrays
     questions: pd.DataFrame
+    parts: np.ndarray  # (n_questions,) TOEIC part of each question id (question_parts)
     sequences: QuestionSequences
 
     @property
@@ -25,15 +26,11 @@ class Dataset:
         """Question ids run 0..n_questions - 1 (n_questions is the model's unknown id)."""
         return int(self.questions["question_id"].max()) + 1
 
-    @property
-    def parts(self) -> np.ndarray:
-        """(n_questions,) TOEIC part of each question id."""
-        return question_parts(self.questions)
-
     @classmethod
     def load(cls, output_dir: str | Path) -> Dataset:
         """`<output_dir>/data` (01_preprocess.py's output)."""
         data_dir = Path(output_dir) / DATA_SUBDIR
         arrays = TrainArrays.load(data_dir)
         questions = load_questions(data_dir)
-        return cls(arrays, questions, build_sequences(arrays, question_parts(questions)))
+        parts = question_parts(questions)
+        return cls(arrays, questions, parts, build_sequences(arrays, parts))

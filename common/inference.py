@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from common.checkpoint import load_model
-from common.data import DATA_SUBDIR, load_questions, question_parts
+from common.data import question_parts
 from common.dataset import Dataset
 from common.device import resolve_device
 from common.emulator import Emulator, EmulatorConfig
@@ -202,8 +202,8 @@ def write_outputs(fold_dir: Path, results: pd.DataFrame, table: pd.DataFrame, su
 # Kaggle bundle and the competition's own API
 
 
-def full_snapshot(output_dir: Path, keep_last: int) -> Snapshot:
-    dataset = Dataset.load(output_dir)
+def full_snapshot(dataset: Dataset, keep_last: int) -> Snapshot:
+    """Every student's last `keep_last` questions: the state the hidden test starts from."""
     sequences = dataset.sequences
     return build_snapshot(sequences, dataset.arrays.users, sequences.lengths(), keep_last)
 
@@ -216,10 +216,11 @@ def export_kaggle(output_dir: Path, fold: int, dest: Path, dataset_id: str) -> P
     if dest.resolve() != output_dir.resolve():
         with atomic_file(dest / f"fold{fold}" / "best.pt") as tmp:
             shutil.copyfile(checkpoint, tmp)
-    full_snapshot(output_dir, model.config.receptive_field).save(dest / "state" / "snapshot.npz")
-    questions = load_questions(output_dir / DATA_SUBDIR)
+    dataset = Dataset.load(output_dir)
+    full_snapshot(dataset, model.config.receptive_field).save(dest / "state" / "snapshot.npz")
     with atomic_file(dest / "state" / "questions.parquet") as tmp:
-        questions.to_parquet(tmp, index=False)
+        dataset.questions.to_parquet(tmp, index=False)
+    del dataset
     code = dest / "code"
     staging = dest / ".code.tmp"
     shutil.rmtree(staging, ignore_errors=True)
