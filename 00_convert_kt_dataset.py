@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import cli
 from common.kt_datasets import (
-    LINE_FORMATS,
     MULTI_SKILL_MODES,
     PRESETS,
     TIMESTAMP_STEP_MS,
@@ -24,7 +24,7 @@ from common.kt_datasets import (
     convert_dataset,
     preset_config,
 )
-from common.schema import InputError
+from common.kt_readers import LINE_FORMATS
 
 SHARED_DATA = Path("../shared/data")  # where the shared real data sits beside the checkout
 
@@ -95,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     output_dir = args.output_dir or Path("input") / config.name
+    return cli.guarded(lambda: convert(config, output_dir))
+
+
+def convert(config: ConversionConfig, output_dir: Path) -> None:
     start = time.perf_counter()
-    try:
-        record = convert_dataset(config, output_dir)
-    except (InputError, FileExistsError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    record = convert_dataset(config, output_dir)
     seconds = time.perf_counter() - start
 
     counts = record["counts"]
@@ -119,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
         f"({config.multi_skill_rows}); empty students skipped {counts['empty_students_skipped']:,}"
     )
     print(f"  folds: {record['folds']}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,26 +6,19 @@ answer probabilities (demo_truth.csv), so the pipeline runs and its AUC has a kn
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import sys
 
+from common import cli
 from common.demo import DemoConfig, make_demo
 from common.files import write_run_record
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    defaults = DemoConfig()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, default=defaults.n_users)
-    parser.add_argument("--questions", type=int, default=defaults.n_questions)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--output-dir", default="input/demo")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    config = DemoConfig(n_users=args.users, n_questions=args.questions, seed=args.seed)
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.parser(__doc__)
+    cli.path_flags(parser, output="input/demo")
+    cli.add_config_flags(parser, DemoConfig, only=("n_users", "n_questions", "seed", "max_events"))
+    config, args = cli.parse_config(parser, DemoConfig, argv)
     demo = make_demo(config, args.output_dir)
     write_run_record(args.output_dir, "demo", dataclasses.asdict(config))
     s = demo.summary()
@@ -34,7 +27,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{s['questions']:,} questions, {s['lectures']:,} lectures, "
         f"{s['share_correct']:.3f} correct, {s['seconds']:.1f} s"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,30 +10,42 @@ over epochs), streaming rows/s, and the per-student cache size.
 
     python bench/bench_ablation.py            # prepares output/demo if needed
     python bench/bench_ablation.py --restream # trained variants: stream them again only
+
+The section (also in BENCHMARKS.md) and the commands go to bench/results/ablation.txt.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+from benchlib import (
+    REPO,
+    WORK,
+    Report,
+    link_data,
+    machine,
+    make_demo,
+    relative,
+    results_flag,
+    run,
+    script,
+    shown,
+)
 from sklearn.metrics import roc_auc_score
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from common.baselines import BaselineConfig, baseline_scores  # noqa: E402
-from common.data import DATA_SUBDIR, TrainArrays  # noqa: E402
-from common.files import cpu_model, write_marked_section  # noqa: E402
-from common.folds import Fold, load_fold_data  # noqa: E402
+from common.baselines import BaselineConfig, baseline_scores
+from common.data import TrainArrays
+from common.files import write_marked_section
+from common.folds import Fold, load_fold_data
+from common.layout import DATA_SUBDIR
+from common.tables import markdown_table
 
 SMALL = ["--d-model", "64", "--layers", "2", "--heads", "4"]
 TRAIN = ["--window", "100", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100"]
@@ -55,42 +67,14 @@ VARIANTS = {
 }
 
 
-def machine() -> str:
-    cpu = cpu_model()
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, device cpu"
-
-
-def run(command: list[str]) -> None:
-    print("$", " ".join(command), flush=True)
-    subprocess.run(command, cwd=REPO, check=True)
-
-
-def prepare(demo: Path, users: int) -> None:
-    if (demo / "output" / "folds" / "fold0.npz").exists():
-        return
-    python = sys.executable
-    run([python, "00_make_demo_input.py", "--users", str(users), "--seed", "0",
-         "--output-dir", str(demo / "input")])  # fmt: skip
-    run([python, "01_preprocess.py", "--input-dir", str(demo / "input"),
-         "--output-dir", str(demo / "output"), "--no-progress"])  # fmt: skip
-    run([python, "02_make_folds.py", "--output-dir", str(demo / "output"), "--n-folds", "5",
-         "--seed", "0"])  # fmt: skip
-
-
 def variant_dir(work: Path, source: Path, name: str) -> Path:
     """work/<name> with links to the data and folds of the output dir `source`."""
-    out = work / name.replace(" ", "_").replace("+", "plus")
-    out.mkdir(parents=True, exist_ok=True)
-    for link in ("data", "folds"):
-        if not (out / link).exists():
-            os.symlink((source / link).resolve(), out / link)
-    return out
+    return link_data(work / name.replace(" ", "_").replace("+", "plus"), source)
 
 
 def infer_command(out: Path) -> list[str]:
     """04_infer.py streaming fold 0 of the output dir `out`."""
-    return [sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
-            "--no-progress", "--no-export"]  # fmt: skip
+    return script("04_infer.py", "--output-dir", out, "--fold", "0", "--no-progress", "--no-export")
 
 
 def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
@@ -102,11 +86,9 @@ def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
     only its speed is used."""
     out = work / "kaggle_like_stream"
     if not (out / "folds" / "fold0.npz").exists():
-        out.mkdir(parents=True, exist_ok=True)
-        if not (out / "data").exists():
-            os.symlink((demo / "output" / "data").resolve(), out / "data")
-        run([sys.executable, "02_make_folds.py", "--output-dir", str(out), "--strategy",
-             "virtual-time", "--n-folds", "1", "--valid-share", str(share)])  # fmt: skip
+        link_data(out, demo / "output", ("data",))
+        split = ("--strategy", "virtual-time", "--n-folds", "1", "--valid-share", share)
+        run(script("02_make_folds.py", "--output-dir", out, *split))
     return out
 
 
@@ -117,7 +99,7 @@ def stream_speed(stream: Path, name: str, checkpoint: Path, restream: bool) -> d
     (out / "fold0").mkdir(exist_ok=True)
     best = out / "fold0" / "best.pt"
     best.unlink(missing_ok=True)
-    os.symlink(checkpoint.resolve(), best)
+    best.symlink_to(checkpoint.resolve())
     summary = out / "fold0" / "stream_summary.json"
     if restream or not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
         run(infer_command(out))
@@ -139,8 +121,8 @@ def train_and_stream(out: Path, flags: list[str], epochs: int, fresh: bool, rest
         shutil.rmtree(fold_dir)
     summary = fold_dir / "stream_summary.json"
     if not summary.exists() or trained_epochs(fold_dir) < epochs:
-        run([sys.executable, "03_train.py", "--output-dir", str(out), "--fold", "0",
-             "--epochs", str(epochs), "--no-progress", "--resume", *TRAIN, *flags])  # fmt: skip
+        fold = ("--output-dir", out, "--fold", "0", "--epochs", epochs)
+        run(script("03_train.py", *fold, "--no-progress", "--resume", *TRAIN, *flags))
         run(stream)
     elif restream:  # the trained checkpoint streamed again (e.g. on a quiet machine)
         run(stream)
@@ -173,9 +155,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--demo-dir", type=Path, default=REPO / "bench" / "out" / "demo2000")
+    parser.add_argument("--demo-dir", type=Path, default=WORK / "demo2000")
     parser.add_argument("--users", type=int, default=2000)
-    parser.add_argument("--work-dir", type=Path, default=REPO / "bench" / "out" / "ablation")
+    parser.add_argument("--work-dir", type=Path, default=WORK / "ablation")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--teacher-epochs", type=int, default=5)
     parser.add_argument("--force", action="store_true", help="retrain every variant afresh")
@@ -200,9 +182,12 @@ def main() -> int:
         help="share of the demo's rows (by virtual time) in the Kaggle-like speed stream",
     )
     parser.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
+    results_flag(parser, "ablation")
     args = parser.parse_args()
-    prepare(args.demo_dir, args.users)
-    data_out = args.demo_dir / "output"
+    say = Report("ablation", args.results)
+    say.header("Ablation on the demo data (bench/bench_ablation.py)")
+    demo, folds = args.demo_dir, ("--n-folds", "5", "--seed", "0")
+    data_out = make_demo(demo / "input", demo / "output", args.users, 0, folds, say=say)
     truth = pd.read_csv(args.demo_dir / "input" / "demo_truth.csv")
     results = {}
     for name, flags in VARIANTS.items():
@@ -236,7 +221,7 @@ def main() -> int:
 
     kaggle = results["SAINT+"]["kaggle_stream"]
     lines = [
-        f"Command: `python {' '.join(sys.argv)}` on {machine()}; every variant trains "
+        f"Command: `{shown([sys.executable, *sys.argv])}` on {machine()}; every variant trains "
         f"{args.epochs} epochs ({args.teacher_epochs} for the teacher) with "
         f"`{' '.join(TRAIN)}`, the checkpoint with the best validation AUC is streamed "
         f"(torch threads: {torch.get_num_threads()}).",
@@ -252,24 +237,22 @@ def main() -> int:
         f"test has 18 to 33 rows per group; speed only: the models trained on some of "
         f"its rows).",
         "",
-        "| variant | flags | params | AUC | gap to oracle | gain over baseline | "
-        "train interactions/s | stream rows/s, fold 0 | stream rows/s, Kaggle-like | "
-        "cache bytes/student | best epoch |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    header = ["variant", "flags", "params", "AUC", "gap to oracle", "gain over baseline"]
+    header += ["train interactions/s", "stream rows/s, fold 0", "stream rows/s, Kaggle-like"]
+    header += ["cache bytes/student", "best epoch"]
+    body = []
     for name, r in results.items():
         merged = r["predictions"].set_index("row_id")["prediction"].reindex(rows["row_id"])
-        auc = roc_auc_score(labels, merged.to_numpy())
-        r["auc"] = auc
+        auc = r["auc"] = roc_auc_score(labels, merged.to_numpy())
         flags = " ".join(VARIANTS[name]) + (
             " --teacher <teacher>/fold0/best.pt" if name == "student distilled" else ""
         )
-        lines.append(
-            f"| {name} | `{flags}` | {r['parameters']:,} | {auc:.4f} | "
-            f"{oracle_auc - auc:.4f} | {auc - baseline_auc:+.4f} | {r['train_rate']:,.0f} | "
-            f"{r['rows_per_s']:,.0f} | {r['kaggle_rows_per_s']:,.0f} | "
-            f"{r['cache_bytes']:,} | {r['best_epoch']} |"
-        )
+        quality = [f"{auc:.4f}", f"{oracle_auc - auc:.4f}", f"{auc - baseline_auc:+.4f}"]
+        rates = [r["train_rate"], r["rows_per_s"], r["kaggle_rows_per_s"]]
+        cells = [*quality, *(f"{x:,.0f}" for x in rates), f"{r['cache_bytes']:,}"]
+        body.append([name, f"`{flags}`", f"{r['parameters']:,}", *cells, str(r["best_epoch"])])
+    lines.append(markdown_table(header, body, "ll" + "r" * (len(header) - 2)))
     teacher, student = results["teacher d256 4+4"], results["student distilled"]
     plain = results["SAINT+"]
     kept = (student["auc"] - baseline_auc) / (teacher["auc"] - baseline_auc)
@@ -277,7 +260,6 @@ def main() -> int:
     speed = student["rows_per_s"] / teacher["rows_per_s"]
     kaggle_speed = student["kaggle_rows_per_s"] / teacher["kaggle_rows_per_s"]
     lines += [
-        "",
         f"The distilled student (d_model 64, 2+2) keeps "
         f"**{kept:.1%}** of the teacher's AUC gain over the per-question baseline (the same "
         f"student without a teacher, the SAINT+ row: {kept_plain:.1%}) and streams "
@@ -286,10 +268,11 @@ def main() -> int:
         "",
     ]
     text = "\n".join(lines)
-    print()
-    print(text)
+    say()
+    say(text.rstrip("\n"))
     write_marked_section(args.benchmarks_file, "ablation", text)
-    print(f"wrote the table into {args.benchmarks_file}")
+    print(f"wrote the table into {relative(args.benchmarks_file)}")
+    say.write()
     return 0
 
 

@@ -18,15 +18,13 @@ Data sets: the quick start's demo (2,000 students, fold 0 of the user folds), a 
 rows: long histories), and ASSISTments 2009 (AKT's problem-level files, fold 0 of its user
 folds; SAINT, as these files have no times).
 
-    python bench/bench_context.py --before-code ../before
+    python bench/bench_context.py --before-code ../before   # output: bench/results/context.txt
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,17 +32,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from benchlib import REPO, SHARED_DATA, WORK, Report, link_data, machine, results_flag, run, script
 from sklearn.metrics import roc_auc_score
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from common.checkpoint import load_model  # noqa: E402
-from common.evaluate import markdown_table  # noqa: E402
-from common.features import window_inputs  # noqa: E402
-from common.files import cpu_model, write_json, write_marked_section  # noqa: E402
-from common.folds import FoldData, load_fold_data  # noqa: E402
-from common.predict import to_tensors  # noqa: E402
+from common.checkpoint import load_model
+from common.features import window_inputs
+from common.files import write_json, write_marked_section
+from common.folds import FoldData, load_fold_data
+from common.predict import to_tensors
+from common.tables import markdown_table
 
 MARKER = "context-benchmark"
 WINDOWS = {32: ("--d-model", "32"), 100: ("--d-model", "64")}
@@ -123,49 +119,33 @@ DATASETS = {
 }  # fmt: skip
 
 
-def run(command: list[str], cwd: Path, log: Path) -> None:
-    print("$", " ".join(command), flush=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as out:
-        done = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode:
-        raise SystemExit(f"failed ({done.returncode}): see {log}")
-
-
-def prepare(data: DataSet, work: Path, shared: Path) -> Path:
+def prepare(data: DataSet, work: Path, shared: Path, say: Report) -> Path:
     prep = work / data.name / "prep"
     if (prep / "folds" / "fold0.npz").exists():
         return prep
     places = {"input": work / data.name / "input", "prep": prep, "shared": shared}
-    for i, (script, *flags) in enumerate(data.prepare):
+    for i, (name, *flags) in enumerate(data.prepare):
         flags = [f.format(**{k: str(v) for k, v in places.items()}) for f in flags]
-        run([sys.executable, script, *flags], REPO, work / data.name / f"prepare{i}.log")
+        run(script(name, *flags), work / data.name / f"prepare{i}.log", say=say)
     return prep
 
 
 def train_and_stream(
-    code: Path, version: str, data: DataSet, window: int, prep: Path, work: Path
+    code: Path, version: str, data: DataSet, window: int, prep: Path, work: Path, say: Report
 ) -> Path:
     """03 then 04 of `code` on fold 0; returns the run dir (skips what is done)."""
-    out = work / data.name / f"{version}-w{window}"
-    for link in ("data", "folds"):
-        out.mkdir(parents=True, exist_ok=True)
-        if not (out / link).exists():
-            os.symlink(prep.resolve() / link, out / link)
-    checkpoint = f"epoch_{data.epochs:02d}.pt"
+    out = link_data(work / data.name / f"{version}-w{window}", prep).resolve()
+    checkpoint = out / "fold0" / f"epoch_{data.epochs:02d}.pt"
     flags = [*data.train, *WINDOWS[window], *COMMON, "--window", str(window)]
     flags += ["--epochs", str(data.epochs), "--no-progress", *VERSIONS[version][1]]
-    if not (out / "fold0" / checkpoint).exists():
-        command = [sys.executable, "03_train.py", "--output-dir", str(out.resolve()), *flags]
-        run(command, code, out / "train.log")
+    if not checkpoint.exists():
+        train = script("03_train.py", "--output-dir", out, *flags, code=code)
+        run(train, out / "train.log", cwd=code, say=say)
     summary = out / "fold0" / "stream_summary.json"
-    if (
-        not summary.exists()
-        or summary.stat().st_mtime < (out / "fold0" / checkpoint).stat().st_mtime
-    ):
-        command = [sys.executable, "04_infer.py", "--output-dir", str(out.resolve()), "--fold",
-                   "0", "--checkpoint", checkpoint, "--no-export", "--no-progress"]  # fmt: skip
-        run(command, code, out / "infer.log")
+    if not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
+        stream = ["--fold", "0", "--checkpoint", checkpoint.name, "--no-export", "--no-progress"]
+        infer = script("04_infer.py", "--output-dir", out, *stream, code=code)
+        run(infer, out / "infer.log", cwd=code, say=say)
     return out
 
 
@@ -270,7 +250,7 @@ def section(results: dict, args: argparse.Namespace) -> str:
     lines = [
         "`python bench/bench_context.py --before-code <checkout of 179d689>` (output: "
         "`bench/results/context.txt`). "
-        f"Machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, CPU. "
+        f"Machine: {machine()}, CPU. "
         "Before (commit 179d689): training windows of at most `window` questions, each from "
         "a start token; validation and streaming from the last `window` history questions; "
         "rotary positions on a quarter of each head's channels. After: training sequences "
@@ -312,32 +292,36 @@ def main() -> int:
     p.add_argument("--datasets", default=",".join(DATASETS))
     p.add_argument("--windows", default="32,100")
     p.add_argument("--versions", default=",".join(VERSIONS))
-    p.add_argument("--work-dir", type=Path, default=REPO / "bench" / "out" / "context")
-    p.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data")
+    p.add_argument("--work-dir", type=Path, default=WORK / "context")
+    p.add_argument("--shared-data", type=Path, default=SHARED_DATA)
     p.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
+    results_flag(p, "context")
     args = p.parse_args()
+    say = Report("context", args.results)
+    say.header("AUC by position in the history, stream and fresh window (bench/bench_context.py)")
     codes = {"before": args.before_code.resolve(), "after": REPO}
     results: dict = {}
     for name in args.datasets.split(","):
         data = DATASETS[name]
-        prep = prepare(data, args.work_dir, args.shared_data)
+        prep = prepare(data, args.work_dir, args.shared_data, say)
         fold = load_fold_data(prep, 0)
         for window in map(int, args.windows.split(",")):
             for version in args.versions.split(","):
                 if version == "after-quarter-rope" and name not in QUARTER_ROPE_DATASETS:
                     continue
                 code = codes[VERSIONS[version][0]]
-                out = train_and_stream(code, version, data, window, prep, args.work_dir)
+                out = train_and_stream(code, version, data, window, prep, args.work_dir, say)
                 table = bucket_table(out, f"epoch_{data.epochs:02d}.pt", fold, window)
                 write_json(out / "buckets.json", table)
                 results.setdefault(name, {}).setdefault(window, {})[version] = table
-                print(
-                    name, window, version, json.dumps(table["stream"]), json.dumps(table["fresh"])
-                )
+                say(name, window, version, "stream", json.dumps(table["stream"]))
+                say(name, window, version, "fresh", json.dumps(table["fresh"]))
     text = section(results, args)
-    print(text)
+    say()
+    say(text.rstrip("\n"))
     if {"before", "after"} <= set(args.versions.split(",")):
         write_marked_section(args.benchmarks_file, MARKER, text)
+    say.write()
     return 0
 
 

@@ -3,26 +3,22 @@ the README's small-data recipe, on the same fold of a 3,000-student demo, as a n
 would run them (00 -> 01 -> 02 with their defaults, 03, 04 on best.pt chosen on the inner
 split). Target: the defaults within 0.01 streamed AUC of the recipe.
 
-    python bench/bench_defaults.py
+    python bench/bench_defaults.py      # the section also goes to bench/results/defaults.txt
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
+from benchlib import REPO, WORK, Report, link_data, machine, make_demo, results_flag, run, script
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from common.evaluate import markdown_table  # noqa: E402
-from common.files import cpu_model, write_marked_section  # noqa: E402
+from common.files import write_marked_section
+from common.tables import markdown_table
 
 MARKER = "defaults-benchmark"
 # the README's recipe for small data sets (run_demo.sh's 03 flags)
@@ -34,44 +30,17 @@ RECIPE = (
 RUNS = {"defaults": ("--epochs", "10"), "small-data recipe": RECIPE}
 
 
-def run(command: list[str], log: Path) -> str:
-    """Run one step; its output is appended to `log` (a resumed run keeps both parts)."""
-    print("$", " ".join(command), flush=True)
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as f:
-        f.write(done.stdout + done.stderr)
-    if done.returncode:
-        raise SystemExit(f"failed ({done.returncode}): see {log}")
-    return done.stdout
-
-
-def prepare(work: Path, users: int) -> Path:
-    prep = work / "prep"
-    if not (prep / "folds" / "fold0.npz").exists():
-        python, data = sys.executable, work / "input"
-        run([python, "00_make_demo_input.py", "--users", str(users), "--seed", "0",
-             "--output-dir", str(data)], work / "00.log")  # fmt: skip
-        run([python, "01_preprocess.py", "--input-dir", str(data), "--output-dir", str(prep),
-             "--no-progress"], work / "01.log")  # fmt: skip
-        run([python, "02_make_folds.py", "--output-dir", str(prep)], work / "02.log")
-    return prep
-
-
-def train_and_stream(work: Path, prep: Path, name: str, flags: tuple[str, ...]) -> dict:
-    out = work / name.replace(" ", "-")
-    out.mkdir(parents=True, exist_ok=True)
-    for link in ("data", "folds"):
-        if not (out / link).exists():
-            os.symlink(prep.resolve() / link, out / link)
+def train_and_stream(work: Path, prep: Path, name: str, flags: tuple[str, ...], say) -> dict:
+    """03 (resumed where it stopped) and 04 on fold 0 in work/<name>, unless streamed."""
+    out = link_data(work / name.replace(" ", "-"), prep)
     summary = out / "fold0" / "stream_summary.json"
     if not summary.exists():
-        python = sys.executable
+        fold = ("--output-dir", out, "--fold", "0")
         # --resume: an interrupted benchmark continues after its last whole epoch
-        run([python, "03_train.py", "--output-dir", str(out), "--fold", "0", *flags,
-             "--resume", "--no-progress"], out / "train.log")  # fmt: skip
-        run([python, "04_infer.py", "--output-dir", str(out), "--fold", "0", "--no-export",
-             "--no-progress"], out / "infer.log")  # fmt: skip
+        train = script("03_train.py", *fold, *flags, "--resume", "--no-progress")
+        run(train, out / "train.log", append=True, say=say)
+        infer = script("04_infer.py", *fold, "--no-export", "--no-progress")
+        run(infer, out / "infer.log", append=True, say=say)
     printed = (out / "train.log").read_text()
     schedule = re.search(r"^schedule: .*$", printed, re.M).group(0)
     batches = re.search(r"batches of (\d+)", printed).group(1)
@@ -94,11 +63,15 @@ def train_and_stream(work: Path, prep: Path, name: str, flags: tuple[str, ...]) 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--users", type=int, default=3000)
-    p.add_argument("--work-dir", type=Path, default=REPO / "bench" / "out" / "defaults")
+    p.add_argument("--work-dir", type=Path, default=WORK / "defaults")
     p.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
+    results_flag(p, "defaults")
     args = p.parse_args()
-    prep = prepare(args.work_dir, args.users)
-    results = {name: train_and_stream(args.work_dir, prep, name, f) for name, f in RUNS.items()}
+    say = Report("defaults", args.results)
+    say.header("03's defaults against the small-data recipe (bench/bench_defaults.py)")
+    work = args.work_dir
+    prep = make_demo(work / "input", work / "prep", args.users, 0, logs=work, say=say)
+    results = {name: train_and_stream(work, prep, name, f, say) for name, f in RUNS.items()}
     gap = results["defaults"]["streamed AUC"] - results["small-data recipe"]["streamed AUC"]
     header = ["run", "03 flags", "batch", "schedule", "epochs run", "best epoch (inner)"]
     header += ["training s", "streamed AUC"]
@@ -110,15 +83,17 @@ def main() -> int:
     text = (
         "`python bench/bench_defaults.py` (output: `bench/results/defaults.txt`): a "
         f"{args.users:,}-student demo (seed 0), 02's default folds, fold 0; "
-        f"{cpu_model()}, {os.cpu_count()} cores, CPU. Both runs stream best.pt, chosen on "
-        "the inner split of the training students.\n\n"
+        f"{machine()}, CPU. Both runs stream best.pt, chosen on the inner split of the "
+        "training students.\n\n"
         + markdown_table(header, body, "ll" + "r" * (len(header) - 2))
         + f"\nDefaults minus recipe: {gap:+.4f} AUC (target: at least -0.01): "
         + ("met" if gap >= -0.01 else "not met")
         + ".\n"
     )
-    print(text)
+    say()
+    say(text.rstrip("\n"))
     write_marked_section(args.benchmarks_file, MARKER, text)
+    say.write()
     return 0
 
 

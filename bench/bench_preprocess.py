@@ -19,24 +19,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow
 import pyarrow.csv as pacsv
+from benchlib import (
+    GB,
+    RSS_SOURCE,
+    WORK,
+    Report,
+    load_average,
+    make_demo_input,
+    peak_rss_bytes,
+    relative,
+    results_flag,
+    run,
+    script,
+    with_peak_rss,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a script from anywhere
-
-from common.files import cpu_model, write_text  # noqa: E402
-from common.preprocess import PreprocessConfig  # noqa: E402
+from common.preprocess import PreprocessConfig
 
 REAL_ROWS = 101_230_332  # rows of the competition's train.csv
 REAL_STUDENTS = 393_656  # students in it
@@ -46,21 +52,6 @@ BLOCK_SIZE = PreprocessConfig.block_size  # 01's default
 READAHEAD_BLOCKS = 32  # kDefaultBackgroundMaxQ in arrow/util/async_generator.h
 BYTES_PER_SEEN_USER = 100  # a Python int in a set, with the set's slack
 ROW_ID_CHECK_BYTES_PER_ROW = 17
-GB = 1e9
-
-
-class Printer:
-    """print() that also keeps the text for the results file."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, line: str = "") -> None:
-        print(line, flush=True)
-        self.lines.append(line)
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
 
 
 @dataclass
@@ -79,54 +70,12 @@ class Run:
         return self.rows / self.wall_s
 
     @property
-    def convert_rows_per_s(self) -> float:
-        return self.rows / self.convert_s
-
-
-# ---------------------------------------------------------------------------------------
-# machine
-
-
-def memory_total_gb() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024 / GB
-    except OSError:
-        pass
-    return float("nan")
-
-
-def load_average() -> str:
-    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    def convert_rows_per_s(self) -> float:  # 01 prints 0.00 s for a tiny file
+        return self.rows / self.convert_s if self.convert_s else float("inf")
 
 
 # ---------------------------------------------------------------------------------------
 # data
-
-
-def ensure_demo(folder: Path, users: int, seed: int, say: Printer) -> None:
-    record = folder / "demo_run.json"
-    wanted = {"n_users": users, "seed": seed}
-    if record.exists() and all((folder / n).exists() for n in ("train.csv", "questions.csv")):
-        config = json.loads(record.read_text())["config"]
-        if {k: config[k] for k in wanted} == wanted:
-            say(f"reusing {folder} ({users:,} students, seed {seed})")
-            return
-    command = [
-        sys.executable,
-        "00_make_demo_input.py",
-        "--users",
-        str(users),
-        "--seed",
-        str(seed),
-        "--output-dir",
-        str(folder),
-    ]
-    say(f"generating: {' '.join(command)}")
-    began = time.perf_counter()
-    subprocess.run(command, cwd=REPO, check=True)
-    say(f"generated in {time.perf_counter() - began:.0f} s")
 
 
 def student_starts(train_csv: Path) -> np.ndarray:
@@ -167,7 +116,7 @@ def copy_lines(source: Path, dest: Path, n_lines: int, first_row_id: int | None 
 
 
 def make_input(
-    full: Path, folder: Path, n_rows: int, first_row_id: int | None, say: Printer
+    full: Path, folder: Path, n_rows: int, first_row_id: int | None, say: Report
 ) -> None:
     """An input dir holding the first `n_rows` rows of `full`'s train.csv (or all of
     them), same questions and lectures."""
@@ -200,48 +149,15 @@ def count_rows(train_csv: Path) -> int:
 # runs
 
 
-# Peak RSS comes from a small launcher between this process and 01: Linux carries the
-# exec-ing process's high-water mark into the child's ru_maxrss, and this process holds
-# far more than the launcher does. /usr/bin/time is that launcher where it exists; else a
-# bare Python that reads the child's rusage with os.wait4. Both write KiB to a file.
-TIME = Path("/usr/bin/time")
-WAIT4_LAUNCHER = (
-    "import os, subprocess, sys\n"
-    "child = subprocess.Popen(sys.argv[2:])\n"
-    "_, status, usage = os.wait4(child.pid, 0)\n"
-    "open(sys.argv[1], 'w').write(f'{usage.ru_maxrss}\\n')\n"
-    "sys.exit(os.waitstatus_to_exitcode(status))\n"
-)
-
-
-def rss_launcher(rss_file: Path) -> list[str]:
-    if TIME.exists():
-        return [str(TIME), "-f", "%M", "-o", str(rss_file)]
-    return [sys.executable, "-c", WAIT4_LAUNCHER, str(rss_file)]
-
-
 def run_preprocess(label: str, input_dir: Path, output_dir: Path, students: int) -> Run:
+    """01_preprocess.py on `input_dir` as a subprocess, its peak RSS from a launcher."""
     shutil.rmtree(output_dir, ignore_errors=True)
     log = output_dir.with_name(output_dir.name + ".log")
     rss_file = output_dir.with_name(output_dir.name + ".maxrss")
-    command = [
-        *rss_launcher(rss_file),
-        sys.executable,
-        "01_preprocess.py",
-        "--input-dir",
-        str(input_dir),
-        "--output-dir",
-        str(output_dir),
-        "--no-progress",
-    ]
+    flags = ["--input-dir", input_dir, "--output-dir", output_dir, "--no-progress"]
     load = os.getloadavg()[0]
-    began = time.perf_counter()
-    with open(log, "w") as out:
-        result = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - began
+    wall = run(with_peak_rss(script("01_preprocess.py", *flags), rss_file), log)
     text = log.read_text()
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{text}")
     rows = int(re.search(r"^rows ([\d,]+)", text, re.M)[1].replace(",", ""))
     convert_s = float(re.search(r"^([\d.]+) s  \(", text, re.M)[1])
     return Run(
@@ -251,12 +167,12 @@ def run_preprocess(label: str, input_dir: Path, output_dir: Path, students: int)
         csv_bytes=(input_dir / "train.csv").stat().st_size,
         wall_s=wall,
         convert_s=convert_s,
-        peak_rss_bytes=int(rss_file.read_text().split()[-1]) * 1024,  # KiB on Linux
+        peak_rss_bytes=peak_rss_bytes(rss_file),
         load_before=load,
     )
 
 
-def report_runs(say: Printer, title: str, runs: list[Run]) -> None:
+def report_runs(say: Report, title: str, runs: list[Run]) -> None:
     say(title)
     say(
         f"{'rows':>12} {'students':>9} {'csv MB':>8} {'wall s':>7} {'rows/s':>11} "
@@ -276,7 +192,7 @@ def readahead_bytes(run: Run) -> int:
     return min(run.csv_bytes, READAHEAD_BLOCKS * BLOCK_SIZE)
 
 
-def projection(say: Printer, increasing: list[Run], not_increasing: list[Run]) -> None:
+def projection(say: Report, increasing: list[Run], not_increasing: list[Run]) -> None:
     cap = READAHEAD_BLOCKS * BLOCK_SIZE
     say("Peak RSS model: start-up + per-block working set + pyarrow's readahead, which")
     blocks = f"{READAHEAD_BLOCKS} x {BLOCK_SIZE >> 20} MiB"
@@ -329,7 +245,7 @@ def projection(say: Printer, increasing: list[Run], not_increasing: list[Run]) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-dir", type=Path, default=REPO / "bench" / "out" / "preprocess")
+    parser.add_argument("--work-dir", type=Path, default=WORK / "preprocess")
     parser.add_argument("--users", type=int, default=42_000, help="students in the demo")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -339,27 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[1_000_000, 3_000_000],
         help="row counts of the slices (rounded up to whole students); the full file runs too",
     )
-    parser.add_argument(
-        "--results", type=Path, default=REPO / "bench" / "results" / "preprocess.txt"
-    )
+    results_flag(parser, "preprocess")
     args = parser.parse_args(argv)
-    say = Printer()
+    say = Report("preprocess", args.results)
     full = args.work_dir / "full"
 
-    say("01_preprocess.py benchmark (bench/bench_preprocess.py)")
-    say(f"date        {time.strftime('%Y-%m-%d %H:%M:%S %z')}")
-    say(f"cpu         {cpu_model()}")
-    say(f"cores       {os.cpu_count()} ({len(os.sched_getaffinity(0))} usable)")
-    say(f"memory      {memory_total_gb():.1f} GB")
-    say(
-        f"software    python {platform.python_version()}, numpy {np.__version__}, "
-        f"pyarrow {pyarrow.__version__}"
-    )
-    say(f"load avg    {load_average()} (1, 5, 15 min) at start")
-    launcher = f"{TIME} -f %M" if TIME.exists() else "a Python launcher's os.wait4"
-    say(f"peak RSS    of the 01_preprocess.py process, from {launcher}")
-    say(f"argv        {' '.join(sys.argv)}")
-    ensure_demo(full, args.users, args.seed, say)
+    say.header("01_preprocess.py benchmark (bench/bench_preprocess.py)", "numpy", "pyarrow")
+    say(f"peak RSS    of the 01_preprocess.py process, from {RSS_SOURCE}")
+    make_demo_input(full, args.users, args.seed, say=say)
 
     starts = student_starts(full / "train.csv")
     total = int(starts[-1])
@@ -370,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             cut = int(starts[np.searchsorted(starts, size)])  # rounded up to a student's end
             sizes.append((cut, int(np.searchsorted(starts, cut))))
     sizes.append((total, len(starts) - 1))
-    say(f"demo        {total:,} rows, {len(starts) - 1:,} students in {full / 'train.csv'}")
+    say(f"demo        {total:,} rows, {len(starts) - 1:,} students in {relative(full)}/train.csv")
     say(
         "command     python 01_preprocess.py --input-dir <work>/<size>/input "
         "--output-dir <work>/<size>/output --no-progress"
@@ -382,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind, first_row_id in (("increasing", None), ("non-increasing", 10**12)):
             folder = args.work_dir / f"rows_{rows}_{kind}"
             make_input(full, folder / "input", rows, first_row_id, say)
-            run = run_preprocess(kind, folder / "input", folder / "output", students)
-            results[kind].append(run)
+            measured = run_preprocess(kind, folder / "input", folder / "output", students)
+            results[kind].append(measured)
             shutil.rmtree(folder / "output")
     report_runs(say, "row_ids increasing (as in the real train.csv)", results["increasing"])
     say()
@@ -411,8 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({rss_10m:.2f} GB at {biggest.rows:,} rows)"
     )
     say(f"load avg    {load_average()} (1, 5, 15 min) at the end")
-    write_text(args.results, say.text())
-    print(f"wrote {args.results}")
+    say.write()
     return 0
 
 

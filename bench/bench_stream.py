@@ -8,7 +8,7 @@ runs the real 04_infer.py on fold 0, which streams every validation group throug
 emulator with state updates, one batched forward pass per group. Reports rows/s, rows
 per group, state memory, and the projected time for the competition's 2.5M rows.
 
-    python bench/bench_stream.py --threads 2
+    python bench/bench_stream.py --threads 2       # the table: bench/results/stream.txt
 """
 
 from __future__ import annotations
@@ -16,18 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+from benchlib import WORK, Report, link_data, make_demo, results_flag, run, script
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from common.checkpoint import save_checkpoint  # noqa: E402
-from common.folds import fold_fingerprint, load_fold_data  # noqa: E402
-from common.model import SAINT, ModelConfig  # noqa: E402
+from common.checkpoint import save_checkpoint
+from common.folds import fold_fingerprint, load_fold_data
+from common.model import SAINT, ModelConfig
+from common.tables import markdown_table
 
 CONFIGS = {
     "demo": dict(d_model=64, n_heads=4, encoder_layers=2, decoder_layers=2),
@@ -36,33 +34,12 @@ CONFIGS = {
 TEST_ROWS = 2_500_000  # question rows in the competition's hidden test
 
 
-def run(command: list[str], env: dict | None = None) -> None:
-    print("$", " ".join(command), flush=True)
-    subprocess.run(command, cwd=REPO, check=True, env=env)
-
-
-def prepare_data(work: Path, users: int, seed: int) -> Path:
-    data = work / f"demo{users}"
-    if not (data / "out" / "folds" / "fold0.npz").exists():
-        python = sys.executable
-        run([python, "00_make_demo_input.py", "--users", str(users), "--seed", str(seed),
-             "--output-dir", str(data / "input")])  # fmt: skip
-        run([python, "01_preprocess.py", "--input-dir", str(data / "input"),
-             "--output-dir", str(data / "out"), "--no-progress"])  # fmt: skip
-        run([python, "02_make_folds.py", "--output-dir", str(data / "out"),
-             "--strategy", "virtual-time", "--n-folds", "1", "--valid-share", "0.025"])  # fmt: skip
-    return data / "out"
-
-
-def measure(data_out: Path, work: Path, name: str, threads: int, window: int, extra: list[str]):
-    out = work / f"stream_{name}"
-    out.mkdir(parents=True, exist_ok=True)
-    for link in ("data", "folds"):
-        if not (out / link).exists():
-            os.symlink(data_out.resolve() / link, out / link)
+def measure(data_out: Path, work: Path, name: str, args: argparse.Namespace, say: Report):
+    """04_infer.py on fold 0 with a fresh checkpoint of model size `name`: its summary."""
+    out = link_data(work / f"stream_{name}", data_out)
     n_questions = load_fold_data(data_out, 0).n_questions
     torch.manual_seed(0)
-    config = ModelConfig(n_questions=n_questions, window=window, **CONFIGS[name])
+    config = ModelConfig(n_questions=n_questions, window=args.window, **CONFIGS[name])
     model = SAINT(config)
     save_checkpoint(
         out / "fold0" / "best.pt",
@@ -73,9 +50,9 @@ def measure(data_out: Path, work: Path, name: str, threads: int, window: int, ex
             "fold_fingerprint": fold_fingerprint(data_out, 0),
         },
     )
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    run([sys.executable, "04_infer.py", "--output-dir", str(out), "--fold", "0",
-         "--no-progress", "--no-export", *extra], env)  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    flags = ["--output-dir", out, "--fold", "0", "--no-progress", "--no-export", *args.extra]
+    run(script("04_infer.py", *flags), env=env, say=say)
     summary = json.loads((out / "fold0" / "stream_summary.json").read_text())
     summary["parameters"] = model.n_parameters()
     return summary
@@ -90,30 +67,29 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--window", type=int, default=100)
     parser.add_argument("--configs", default="demo,d256")
-    parser.add_argument("--work-dir", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument("--work-dir", type=Path, default=WORK)
+    results_flag(parser, "stream")
     parser.add_argument("extra", nargs="*", help="passed on to 04_infer.py (after --)")
     args = parser.parse_args()
-    data_out = prepare_data(args.work_dir, args.users, args.seed)
+    say = Report("stream", args.results)
+    say.header("04_infer.py streaming throughput (bench/bench_stream.py)")
+    data = args.work_dir / f"demo{args.users}"
+    # the virtual-time split: the last 2.5% of rows, many students interleaved
+    split = ("--strategy", "virtual-time", "--n-folds", "1", "--valid-share", "0.025")
+    data_out = make_demo(data / "input", data / "out", args.users, args.seed, split, say=say)
+    header = ["model", "params", "question rows", "groups", "rows/group", "rows/s"]
+    header += ["cache builds", "state bytes/student (ring + cache)", "2.5M rows would take"]
     rows = []
     for name in args.configs.split(","):
-        rows.append(
-            (name, measure(data_out, args.work_dir, name, args.threads, args.window, args.extra))
-        )
-    print()
-    print(f"command: {' '.join(sys.argv)}")
-    print(
-        "| model | params | question rows | groups | rows/group | rows/s | cache builds | "
-        "state bytes/student (ring + cache) | 2.5M rows would take |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, s in rows:
-        state = s["state_bytes_per_student"]
-        hours = TEST_ROWS / s["rows_per_s"] / 3600
-        print(
-            f"| {name} | {s['parameters']:,} | {s['rows']:,} | {s['groups']:,} | "
-            f"{s['rows'] / s['groups']:.0f} | {s['rows_per_s']:,.0f} | {s['cache_builds']:,} | "
-            f"{state['ring']:,} + {state['cache']:,} | {hours * 60:.0f} min |"
-        )
+        s = measure(data_out, args.work_dir, name, args, say)
+        state, minutes = s["state_bytes_per_student"], TEST_ROWS / s["rows_per_s"] / 60
+        cells = [f"{s[key]:,}" for key in ("parameters", "rows", "groups")]
+        cells += [f"{s['rows'] / s['groups']:.0f}", f"{s['rows_per_s']:,.0f}"]
+        cells += [f"{s['cache_builds']:,}", f"{state['ring']:,} + {state['cache']:,}"]
+        rows.append([name, *cells, f"{minutes:.0f} min"])
+    say()
+    say(markdown_table(header, rows).rstrip("\n"))
+    say.write()
     return 0
 
 

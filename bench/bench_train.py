@@ -8,7 +8,9 @@ context before a span is computed but not counted). Reports model FLOPs per trai
 interaction (torch's FlopCounterMode on one step), the machine's measured fp32 matmul
 peak, and the share of that peak the training step reaches.
 
-    python bench/bench_train.py --data-dir output/demo --threads 2
+    python bench/bench_train.py --data-dir output/demo --threads 2   # after ./run_demo.sh
+
+The table goes to bench/results/train.txt.
 """
 
 from __future__ import annotations
@@ -17,27 +19,35 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
+from benchlib import REPO, WORK, Report, results_flag
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common.files import cpu_model
 from common.folds import load_fold_data
+from common.model import ModelConfig
 from common.predict import to_tensors
-from common.training import TrainConfig, Trainer
+from common.tables import markdown_table
+from common.train_config import TrainConfig
+from common.training import Trainer
+
+
+def reference(**model) -> ModelConfig:
+    """The issue's reference shape: 2+2 layers, 8 heads, window 100 (fields overridden)."""
+    return ModelConfig(**{"d_model": 256, "n_heads": 8, "window": 100} | model)
+
 
 CONFIGS = {
     # the issue's reference size: d_model 256, 2+2 layers, window 100, batch 512
-    "d256": dict(d_model=256, layers=2, heads=8, window=100, batch_size=512),
+    "d256": TrainConfig(model=reference(), batch_size=512),
     # the same with pyKT SAINT's feed-forward width (d_ff = d_model): like-for-like FLOPs
-    "d256-ff256": dict(d_model=256, d_ff=256, layers=2, heads=8, window=100, batch_size=512),
+    "d256-ff256": TrainConfig(model=reference(d_ff=256), batch_size=512),
     # and at batch 64, pyKT's fastest batch size on this machine
-    "d256-ff256-b64": dict(d_model=256, d_ff=256, layers=2, heads=8, window=100, batch_size=64),
+    "d256-ff256-b64": TrainConfig(model=reference(d_ff=256), batch_size=64),
     # the quick start's demo config (run_demo.sh)
-    "demo": dict(d_model=64, layers=2, heads=4, window=100, batch_size=64),
+    "demo": TrainConfig(model=reference(d_model=64, n_heads=4), batch_size=64),
 }
 
 
@@ -53,7 +63,7 @@ def matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
 
 
 def measure(data, name: str, steps: int, warmup: int, repeats: int, out: Path) -> dict:
-    config = TrainConfig(progress=False, select_on="fold", **CONFIGS[name])
+    config = replace(CONFIGS[name], progress=False, select_on="fold")
     trainer = Trainer(config, out / name, data, torch.device("cpu"))
     spans, epoch = trainer.epoch_batches(0)
     index = [epoch[i % len(epoch)] for i in range(steps + warmup)]  # repeated if short
@@ -73,9 +83,11 @@ def measure(data, name: str, steps: int, warmup: int, repeats: int, out: Path) -
         rates.append(sum(trained[warmup:]) / (time.perf_counter() - begin))
     return {
         "config": name,
-        **CONFIGS[name],
+        "d_model": config.model.d_model,
+        "d_ff": config.model.d_ff,
+        "layers": f"{config.model.encoder_layers}+{config.model.decoder_layers}",
+        "batch_size": config.batch_size,
         "parameters": trainer.model.n_parameters(),
-        "d_ff": trainer.model.config.d_ff,
         "rate": statistics.median(rates),
         "rates": rates,
         "flops_per_interaction": flops_per_interaction,
@@ -89,7 +101,7 @@ def main() -> int:
     parser.add_argument(
         "--data-dir",
         type=Path,
-        default=Path("output/demo"),
+        default=REPO / "output" / "demo",
         help="an output dir with data/ and folds/ (fold 0 is used)",
     )
     parser.add_argument("--threads", type=int, default=2)
@@ -97,32 +109,34 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--work-dir", type=Path, default=Path("bench/out/train"))
+    parser.add_argument("--work-dir", type=Path, default=WORK / "train")
+    results_flag(parser, "train")
     args = parser.parse_args()
+    say = Report("train", args.results)
+    say.header("03_train.py training throughput (bench/bench_train.py)")
     torch.set_num_threads(args.threads)
     peak = matmul_peak(args.threads)
     torch.manual_seed(0)
     data = load_fold_data(args.data_dir, 0)
-    cpu = cpu_model()
-    print(f"machine: {cpu}; torch {torch.__version__}, {args.threads} threads")
-    print(f"measured fp32 matmul peak (2048x2048 sgemm): {peak / 1e9:.0f} GFLOP/s")
-    print(f"command: {' '.join(sys.argv)}")
-    print()
-    print(
-        "| config | d_model | d_ff | layers | batch | params | interactions/s (median) | "
-        "repeats | GFLOP/interaction | share of matmul peak |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+    say(f"threads     {args.threads}")
+    say(f"matmul peak {peak / 1e9:.0f} GFLOP/s (fp32, 2048x2048 sgemm, measured)")
+    say(f"data        {args.data_dir}, fold 0")
+    header = ["config", "d_model", "d_ff", "layers", "batch", "params"]
+    header += ["interactions/s (median)", "repeats", "GFLOP/interaction", "share of matmul peak"]
+    rows = []
     for name in args.configs.split(","):
         r = measure(data, name, args.steps, args.warmup, args.repeats, args.work_dir)
+        print(f"{name}: {r['rate']:,.0f} interactions/s", flush=True)
         share = r["rate"] * r["flops_per_interaction"] / peak
         repeats = ", ".join(f"{x:,.0f}" for x in r["rates"])
-        print(
-            f"| {name} | {r['d_model']} | {r['d_ff']} | {r['layers']}+{r['layers']} | "
-            f"{r['batch_size']} | {r['parameters']:,} | {r['rate']:,.0f} | {repeats} | "
-            f"{r['flops_per_interaction'] / 1e9:.4f} | {share:.0%} |",
-            flush=True,
+        size = [str(r["d_model"]), str(r["d_ff"]), r["layers"]]
+        rate = [f"{r['rate']:,.0f}", repeats, f"{r['flops_per_interaction'] / 1e9:.4f}"]
+        rows.append(
+            [name, *size, str(r["batch_size"]), f"{r['parameters']:,}", *rate, f"{share:.0%}"]
         )
+    say()
+    say(markdown_table(header, rows, "lrrrrrrlrr").rstrip("\n"))
+    say.write()
     return 0
 
 

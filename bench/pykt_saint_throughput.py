@@ -1,9 +1,14 @@
 """Training throughput of pyKT's SAINT (PyPI `pykt-toolkit`) on random data, CPU.
 
-Reference point for our own SAINT benchmark. Runs in a separate venv that has
-pykt-toolkit and a CPU torch (see bench/results/pykt_saint.txt for the setup):
+Reference point for our own SAINT benchmark (bench/bench_train.py). Runs in a separate venv
+that has pykt-toolkit, a CPU torch and this project (for bench/benchlib.py):
 
-    <a venv with pykt-toolkit>/bin/python bench/pykt_saint_throughput.py --batch-sizes 64 512
+    python3 -m venv <dir>-venv
+    <dir>-venv/bin/pip install torch==2.13.0
+    <dir>-venv/bin/pip install --no-deps pykt-toolkit
+    <dir>-venv/bin/pip install numpy pandas scikit-learn
+    <dir>-venv/bin/pip install --no-deps -e .          # from the repository root
+    <dir>-venv/bin/python bench/pykt_saint_throughput.py --batch-sizes 64 512
 
 One timed step is exactly pyKT's training step: `pykt.models.train_model.model_forward`
 (SAINT forward + BCE on all masked positions, as in pyKT's train loop), then
@@ -11,17 +16,18 @@ zero_grad / backward / Adam step. Random windows of `--seq-len` interactions,
 every position valid. pyKT's dataloader splits a window of L interactions into
 L-1 "current" and L-1 "shifted" positions, so SAINT sees L questions and L-1
 responses and the loss covers L-1 predictions; throughput counts L per window:
-interactions/s = batch * seq_len * steps / seconds.
+interactions/s = batch * seq_len * steps / seconds. The output goes to
+bench/results/pykt_saint.txt.
 """
 
 import argparse
 import contextlib
 import io
-import os
 import statistics
 import time
 
 import torch
+from benchlib import Report, load_average, results_flag
 from pykt.models.saint import SAINT
 from pykt.models.train_model import model_forward
 
@@ -93,30 +99,27 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--seq-len", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
+    results_flag(ap, "pykt_saint")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-
-    print(
-        f"pyKT SAINT  torch {torch.__version__}  threads {torch.get_num_threads()}  "
+    say = Report("pykt_saint", args.results)
+    say.header(
+        "pyKT SAINT training throughput (bench/pykt_saint_throughput.py)", "torch", "pykt-toolkit"
+    )
+    say(
+        f"pyKT SAINT  threads {torch.get_num_threads()}  "
         f"d_model {args.d_model}  blocks {args.layers}+{args.layers}  heads {args.heads}  "
         f"seq_len {args.seq_len}  num_q {NUM_Q}  num_c {NUM_C}  "
         f"steps {args.steps} x {args.repeats} repeats (warm-up {args.warmup})"
     )
-    load_start = os.getloadavg()  # other processes on the machine skew the numbers
-    rows = []
-    for batch in args.batch_sizes:
-        median, rates, total, trained = bench(args, batch)
-        rows.append((batch, median, rates, total, trained))
-    start = " ".join(f"{x:.2f}" for x in load_start)
-    end = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load average (1/5/15 min) at start {start}, at end {end}")
+    rows = [(batch, *bench(args, batch)) for batch in args.batch_sizes]
+    say(f"load avg    {load_average()} (1, 5, 15 min) at the end")  # others skew the rates
     columns = ("interactions/s", 15), ("best", 8), ("repeats", 22), ("params", 10)
-    print(f"{'batch':>6} " + " ".join(f"{n:>{w}}" for n, w in columns) + f" {'trained':>10}")
+    say(f"{'batch':>6} " + " ".join(f"{n:>{w}}" for n, w in columns) + f" {'trained':>10}")
     for batch, median, rates, total, trained in rows:
         reps = " ".join(f"{r:.0f}" for r in rates)
-        print(
-            f"{batch:>6} {median:>15.0f} {max(rates):>8.0f} {reps:>22} {total:>10,} {trained:>10,}"
-        )
+        say(f"{batch:>6} {median:>15.0f} {max(rates):>8.0f} {reps:>22} {total:>10,} {trained:>10,}")
+    say.write()
 
 
 if __name__ == "__main__":

@@ -24,17 +24,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.cli import option
 from common.features import QuestionSequences
+from common.metrics import smoothed_rates
 
 
 @dataclass
 class BaselineConfig:
-    # Pseudo-answers at the global rate added to every question: a question answered 20
-    # times in training is pulled a half toward the global rate at m = 20.
-    question_prior: float = 20.0
-    # Weight of the question rate against the student's running mean: after k = 20
-    # revealed answers the student's own mean counts as much as the question's rate.
-    student_prior: float = 20.0
+    # a question answered 20 times in training is pulled a half toward the global rate
+    question_prior: float = option(
+        20.0, "pseudo-answers at the global rate added to every question's training rate"
+    )
+    # after 20 revealed answers the student's own mean counts as much as the question's rate
+    student_prior: float = option(
+        20.0, "weight of the question rate against the student's running mean"
+    )
 
 
 BASELINE_NAMES = ("question rate", "student + question")
@@ -65,14 +69,11 @@ def question_rates(
     sequences: QuestionSequences, train: np.ndarray, n_questions: int, prior: float
 ) -> QuestionRates:
     """Smoothed per-question correct rate from the entries where `train` is True."""
-    question = sequences.question[train].astype(np.int64)
-    response = sequences.response[train].astype(np.float64)
-    if len(question) == 0:
+    if not np.any(train):
         raise ValueError("no training question rows: the question-rate baseline needs some")
-    global_rate = float(response.mean())
-    count = np.bincount(question, minlength=n_questions).astype(np.float64)
-    correct = np.bincount(question, weights=response, minlength=n_questions)
-    rate = (correct + prior * global_rate) / (count + prior)
+    rate, count, global_rate = smoothed_rates(
+        sequences.question[train], sequences.response[train], n_questions, prior
+    )
     return QuestionRates(rate=rate, count=count, global_rate=global_rate)
 
 

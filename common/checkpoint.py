@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.errors import UserError
 from common.files import atomic_file
 from common.model import SAINT, ModelConfig
 
@@ -42,7 +43,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
         torch.save(payload, tmp)
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be used: missing, unreadable (truncated or corrupted), or
     holding weights of another model config than the one it records. The message names
     the file."""
@@ -136,3 +137,24 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[SA
 def latest_epoch_checkpoint(fold_dir: Path) -> Path | None:
     found = sorted(fold_dir.glob("epoch_*.pt"))
     return found[-1] if found else None
+
+
+def check_resumable(
+    path: Path, checkpoint: dict, model_config: ModelConfig, fingerprint: dict | None
+) -> None:
+    """Refuse to resume from a checkpoint of another model config or other folds."""
+    # through ModelConfig, so that a field added since the checkpoint reads as its default
+    recorded = ModelConfig.from_dict(checkpoint["model_config"]).to_dict()
+    differences = dict_differences(recorded, model_config.to_dict())
+    if differences:
+        raise CheckpointError(
+            f"{path} was trained with another model config (key: checkpoint vs this run) "
+            f"{differences}; resume with the same flags or start in another --output-dir"
+        )
+    recorded_folds = checkpoint.get("fold_fingerprint")
+    if fingerprint is not None and recorded_folds != fingerprint:
+        raise CheckpointError(
+            f"{path} was trained on other folds (fingerprint "
+            f"{(recorded_folds or {}).get('sha256')}) than those on disk now "
+            f"({fingerprint['sha256']}); start in another --output-dir"
+        )

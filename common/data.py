@@ -23,21 +23,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-DATA_SUBDIR = "data"
-ARRAYS_SUBDIR = "arrays"
+from common.layout import ARRAYS_SUBDIR
+from common.schema import TRAIN_DTYPES
 
 # Flat per-row arrays. Missing values: user_answer -> ANSWER_UNKNOWN (lectures keep -1),
 # prior_question_had_explanation -> -1, prior_question_elapsed_time -> NaN.
 ROW_ARRAYS: dict[str, str] = {
-    "row_id": "int64",
-    "timestamp": "int64",
-    "content_id": "int16",
-    "content_type_id": "int8",
-    "task_container_id": "int16",
-    "user_answer": "int8",
-    "answered_correctly": "int8",
-    "prior_question_elapsed_time": "float32",
-    "prior_question_had_explanation": "int8",
+    name: "int8" if name == "prior_question_had_explanation" else dtype
+    for name, dtype in TRAIN_DTYPES.items()
+    if name != "user_id"  # stored once per student (users, offsets)
 }
 ANSWER_UNKNOWN = 4  # the answer-choice pad: a question row whose user_answer is blank
 
@@ -85,20 +79,31 @@ class TrainArrays:
         return cls(users=np.asarray(users), offsets=np.asarray(offsets), columns=columns)
 
 
-def container_starts(arrays: TrainArrays) -> np.ndarray:
-    """(n_rows,) bool: True where a row opens a new task container.
+def opens_container(
+    timestamp: np.ndarray, task_container_id: np.ndarray, new_student: np.ndarray
+) -> np.ndarray:
+    """(n,) bool: True where a row opens a new task container, for rows in student and
+    time order; new_student is True at each student's first row.
 
     A container is a run of one student's consecutive rows sharing timestamp and
     task_container_id: the rows the test API hands over together, answered before any
     feedback. (In the real data a timestamp almost always maps to one container; the
-    finer of the two keys is used so that neither kind of change is missed.)
-    """
-    timestamp, container = arrays["timestamp"], arrays["task_container_id"]
-    starts = np.ones(arrays.n_rows, dtype=bool)
-    if arrays.n_rows > 1:
-        starts[1:] = (timestamp[1:] != timestamp[:-1]) | (container[1:] != container[:-1])
-    starts[arrays.offsets[:-1]] = True
+    finer of the two keys is used so that neither kind of change is missed.) The one
+    home of this rule: folds, features and the emulator all call it."""
+    starts = np.array(new_student, dtype=bool, copy=True)
+    if len(starts):
+        starts[0] = True
+        starts[1:] |= (timestamp[1:] != timestamp[:-1]) | (
+            task_container_id[1:] != task_container_id[:-1]
+        )
     return starts
+
+
+def container_starts(arrays: TrainArrays) -> np.ndarray:
+    """opens_container over every row of `arrays` (lectures included)."""
+    new_student = np.zeros(arrays.n_rows, dtype=bool)
+    new_student[arrays.offsets[:-1][arrays.offsets[:-1] < arrays.n_rows]] = True
+    return opens_container(arrays["timestamp"], arrays["task_container_id"], new_student)
 
 
 def load_questions(data_dir: str | Path) -> pd.DataFrame:

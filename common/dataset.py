@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.data import TrainArrays, load_questions, question_parts
 from common.features import QuestionSequences, build_sequences
+from common.layout import DATA_SUBDIR
 
 
 @dataclass

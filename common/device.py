@@ -1,9 +1,13 @@
-"""Where a model runs: the torch device a --device flag names, and the autocast dtype
-an --amp flag gives on it."""
+"""Where a model runs: the torch device a --device flag names, the autocast dtype an
+--amp flag gives on it, and the processes of a distributed run (torchrun's environment)."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 import torch
+import torch.distributed as dist
 
 
 def resolve_device(name: str) -> torch.device:
@@ -24,3 +28,37 @@ def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
             return torch.float16
         return torch.bfloat16
     raise ValueError(f"--amp must be auto, bf16, fp16 or off, got {amp!r}")
+
+
+@dataclass
+class Distributed:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls) -> Distributed:
+        if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
+            return cls()
+        return cls(
+            int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+        )
+
+    def init(self, device: torch.device) -> None:
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def broadcast(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64)
+        dist.broadcast(tensor, 0)
+        return float(tensor.item())

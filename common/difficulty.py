@@ -39,6 +39,7 @@ import torch
 
 from common.features import QuestionSequences
 from common.folds import FoldData
+from common.metrics import smoothed_rates
 from common.model import SAINT
 
 DIFFICULTY_SMOOTHING = 10.0  # Beta prior strength in answers; see the module docstring
@@ -69,19 +70,10 @@ def smoothed_correct_rate(
     """(rate, count), each (n_questions,): the smoothed correct rate of each question on
     the training rows, and how many training answers it rests on (rate is the global
     rate where count is 0)."""
-    if smoothing < 0:
-        raise ValueError(f"smoothing must be >= 0, got {smoothing}")
     train = training_mask(sequences, train_length)
-    question = sequences.question[train].astype(np.int64)
-    response = sequences.response[train].astype(np.float64)
-    known = (question >= 0) & (question < n_questions)  # unknown ids have no rate
-    question, response = question[known], response[known]
-    count = np.bincount(question, minlength=n_questions).astype(np.float64)
-    correct = np.bincount(question, weights=response, minlength=n_questions)
-    global_rate = correct.sum() / count.sum() if count.sum() else 0.5
-    rate = np.full(n_questions, global_rate)
-    seen = count > 0
-    rate[seen] = (correct[seen] + smoothing * global_rate) / (count[seen] + smoothing)
+    rate, count, _ = smoothed_rates(
+        sequences.question[train], sequences.response[train], n_questions, smoothing
+    )
     return rate, count.astype(np.int64)
 
 

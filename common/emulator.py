@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from common.data import TrainArrays
+from common.data import TrainArrays, opens_container
 from common.folds import Fold
 from common.metrics import auc_or_nan
 from common.schema import QUESTION, TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
@@ -77,11 +77,7 @@ def group_order(frame: pd.DataFrame, config: EmulatorConfig) -> tuple[np.ndarray
     user = frame["user_id"].to_numpy()
     time = frame["timestamp"].to_numpy()
     container = frame["task_container_id"].to_numpy()
-    starts = np.ones(len(frame), dtype=bool)
-    if len(frame) > 1:
-        starts[1:] = (
-            (user[1:] != user[:-1]) | (time[1:] != time[:-1]) | (container[1:] != container[:-1])
-        )
+    starts = opens_container(time, container, np.r_[True, user[1:] != user[:-1]][: len(user)])
     first = np.flatnonzero(starts)
     rng = np.random.default_rng(config.seed)
     top = np.log(config.max_group_students + 1)

@@ -27,20 +27,19 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.metrics import (
-    log_loss,
-)
 
-from common import plots
+from common import metrics, plots
 from common.baselines import BASELINE_NAMES, BaselineConfig, baseline_scores
+from common.cli import option, progress_option
 from common.dataset import Dataset
 from common.features import QuestionSequences
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, FoldMismatchError, check_fold_fingerprint
-from common.metrics import auc_or_nan, bootstrap_auc_interval, score_metrics
+from common.layout import REPORT_SUBDIR, fold_dir
+from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
 from common.schema import QUESTION
+from common.tables import markdown_table
 
-REPORT_SUBDIR = "report"
 PREDICTIONS_FILE = "stream_predictions.parquet"
 SUMMARY_FILE = "stream_summary.json"  # 04's run summary: checkpoint, selection, fold
 TRUTH_FILE = "demo_truth.csv"
@@ -62,11 +61,14 @@ CONTAINER_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5+", 
 
 @dataclass
 class EvaluateConfig:
-    folds: list[int] | None = None  # None: every fold{k}/ holding stream predictions
-    bootstrap: int = 1000  # AUC resamples; 0 skips the interval
-    seed: int = 0
-    calibration_bins: int = 10
-    progress: bool = True  # a bar over bootstrap resamples (minutes on millions of rows)
+    folds: list[int] | None = option(
+        None, "folds to score (default: every fold{k}/ holding stream predictions)"
+    )
+    bootstrap: int = option(1000, "AUC resamples for the interval; 0 skips it")
+    seed: int = option(0, "seed of the bootstrap")
+    calibration_bins: int = option(10, "bins of the calibration table and plot")
+    # a bar over bootstrap resamples (minutes on millions of rows)
+    progress: bool = progress_option()
     baselines: BaselineConfig = field(default_factory=BaselineConfig)
 
 
@@ -101,7 +103,7 @@ def load_fold_rows(
 ) -> pd.DataFrame:
     """One fold's streamed question rows with labels from the data arrays, the slice
     keys and both baselines. Raises if the predictions file does not match the fold."""
-    path = output_dir / f"fold{fold_index}" / PREDICTIONS_FILE
+    path = fold_dir(output_dir, fold_index) / PREDICTIONS_FILE
     summary = stream_summary(output_dir, fold_index)
     check_fold_fingerprint(summary.get("fold_fingerprint"), output_dir, fold_index, str(path))
     predictions = pd.read_parquet(path)
@@ -166,7 +168,7 @@ def load_fold_rows(
 
 def stream_summary(output_dir: Path, fold_index: int) -> dict:
     """04's summary of fold `fold_index`'s stream (checkpoint, its selection, fold)."""
-    path = output_dir / f"fold{fold_index}" / SUMMARY_FILE
+    path = fold_dir(output_dir, fold_index) / SUMMARY_FILE
     if not path.exists():
         raise FoldMismatchError(
             f"{path} not found: 04_infer.py writes it beside {PREDICTIONS_FILE}, with the "
@@ -258,37 +260,15 @@ def _bucket(values: np.ndarray, buckets) -> list[tuple[str, np.ndarray]]:
 def slice_table(rows: pd.DataFrame) -> pd.DataFrame:
     """AUC of every scorer, rows, share correct and the model's log loss per slice of the
     pooled rows."""
-    new = rows["new_student"].to_numpy()
     part = rows["part"].to_numpy()
-    slices = [("all", "all", np.ones(len(rows), dtype=bool))]
-    slices += [("student", "new", new), ("student", "continuing", ~new)]
-    slices += [("part", str(p), part == p) for p in sorted(np.unique(part))]
-    slices += [
-        ("history length", label, mask)
-        for label, mask in _bucket(rows["history_length"].to_numpy(), HISTORY_BUCKETS)
-    ]
-    slices += [
-        ("container size", label, mask)
-        for label, mask in _bucket(rows["container_size"].to_numpy(), CONTAINER_BUCKETS)
-    ]
-    labels = rows["label"].to_numpy()
-    records = []
-    for kind, name, mask in slices:
-        record = {
-            "slice": kind,
-            "value": name,
-            "rows": int(mask.sum()),
-            "share_correct": float(labels[mask].mean()) if mask.any() else float("nan"),
-        }
-        for scorer in scorers(rows):
-            record[f"auc_{scorer}"] = auc_or_nan(labels[mask], rows[scorer].to_numpy()[mask])
-        record["log_loss_model"] = (
-            float(log_loss(labels[mask], rows[MODEL].to_numpy()[mask], labels=[0, 1]))
-            if mask.any()
-            else float("nan")
-        )
-        records.append(record)
-    return pd.DataFrame(records)
+    slices = student_and_part_slices(rows["new_student"].to_numpy(), part, np.unique(part))
+    for kind, column, buckets in (
+        ("history length", "history_length", HISTORY_BUCKETS),
+        ("container size", "container_size", CONTAINER_BUCKETS),
+    ):
+        slices += [(kind, label, mask) for label, mask in _bucket(rows[column].to_numpy(), buckets)]
+    scores = {scorer: rows[scorer].to_numpy() for scorer in scorers(rows)}
+    return metrics.slice_table(rows["label"].to_numpy(), scores, slices, log_loss_of=(MODEL,))
 
 
 def _fmt(value, digits: int = 4) -> str:
@@ -297,15 +277,6 @@ def _fmt(value, digits: int = 4) -> str:
     if isinstance(value, (int, np.integer)):
         return f"{int(value):,}"
     return f"{float(value):.{digits}f}"
-
-
-def markdown_table(header: list[str], body: list[list[str]], align: str | None = None) -> str:
-    """A GitHub Markdown table; `align` is one character per column, 'l' or 'r'."""
-    align = align or "l" + "r" * (len(header) - 1)
-    rule = ["---" if a == "l" else "---:" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
-    return "\n".join(lines) + "\n"
 
 
 def _auc_with_interval(record: pd.Series) -> str:
@@ -503,7 +474,7 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
 def load_histories(output_dir: Path, folds: list[int]) -> dict[int, pd.DataFrame]:
     histories = {}
     for k in folds:
-        path = output_dir / f"fold{k}" / "history.csv"
+        path = fold_dir(output_dir, k) / "history.csv"
         if path.exists():
             histories[k] = pd.read_csv(path)
     return histories

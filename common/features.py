@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.data import ANSWER_UNKNOWN, TrainArrays
+from common.data import ANSWER_UNKNOWN, TrainArrays, opens_container
 from common.schema import QUESTION
 
 ELAPSED_CAP_S = 300  # SAINT+ caps elapsed time at 300 s
@@ -121,10 +121,9 @@ def build_sequences(arrays: TrainArrays, parts: np.ndarray) -> QuestionSequences
     student = np.repeat(np.arange(arrays.n_students), np.diff(offsets))
     timestamp = np.asarray(arrays["timestamp"])[rows].astype(np.int64)
     container_id = np.asarray(arrays["task_container_id"])[rows]
-    starts = np.ones(n, dtype=bool)
-    if n > 1:
-        starts[1:] = (timestamp[1:] != timestamp[:-1]) | (container_id[1:] != container_id[:-1])
-    starts[offsets[:-1][offsets[:-1] < n]] = True
+    new_student = np.zeros(n, dtype=bool)
+    new_student[offsets[:-1][offsets[:-1] < n]] = True
+    starts = opens_container(timestamp, container_id, new_student)
 
     first_flat = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
     container_first = (first_flat - offsets[student]).astype(np.int32)

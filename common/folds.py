@@ -36,27 +36,32 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.data import DATA_SUBDIR, TrainArrays, container_starts
+from common.cli import option
+from common.data import TrainArrays, container_starts
 from common.dataset import Dataset
+from common.errors import UserError
 from common.features import QuestionSequences
 from common.files import atomic_dir, write_run_record
+from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, fold_file
 from common.schema import QUESTION, InputError
 
-FOLDS_SUBDIR = "folds"
 STRATEGIES = ("user", "last-n", "virtual-time", "unseen", "dataset")
 
 
 @dataclass
 class FoldConfig:
-    n_folds: int = 5
-    seed: int = 0
-    strategy: str = "user"
-    # user: share of validation students who are wholly new; the competition's hidden
-    # test mixed new students with continuing ones.
-    new_share: float = 0.25
-    last_n: int = 100  # last-n: validation rows per student
-    # virtual-time: share of all rows in the validation tail (2.5M of 101M in tito's CV)
-    valid_share: float = 0.025
+    n_folds: int = option(5, "folds")
+    seed: int = option(0, "seed of the split")
+    strategy: str = option(
+        "user", "how validation rows are chosen (see common/folds.py)", choices=STRATEGIES
+    )
+    # the competition's hidden test mixed new students with continuing ones
+    new_share: float = option(0.25, "user strategy: share of validation students that are new")
+    last_n: int = option(100, "last-n strategy: validation rows per student")
+    # 2.5M of 101M rows in tito's CV
+    valid_share: float = option(
+        0.025, "virtual-time strategy: share of all rows in the validation tail"
+    )
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -76,7 +81,7 @@ class Fold:
 
     @classmethod
     def load(cls, output_dir: str | Path, index: int) -> Fold:
-        path = Path(output_dir) / FOLDS_SUBDIR / f"fold{index}.npz"
+        path = fold_file(output_dir, index)
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: run 02_make_folds.py first")
         with np.load(path) as data:
@@ -266,7 +271,7 @@ def load_fold_config(output_dir: str | Path) -> dict:
 # fold identity
 
 
-class FoldMismatchError(ValueError):
+class FoldMismatchError(UserError, ValueError):
     """A model or its predictions belong to other folds than those on disk."""
 
 
@@ -291,7 +296,7 @@ def check_fold_fingerprint(
     `what` names it) is the fingerprint of fold `index` on disk: a model trained on
     another fold, or on folds made again since, has trained on this fold's validation
     rows."""
-    path = Path(output_dir) / FOLDS_SUBDIR / f"fold{index}.npz"
+    path = fold_file(output_dir, index)
     current = fold_fingerprint(output_dir, index)
     if recorded is None:
         raise FoldMismatchError(

@@ -27,13 +27,15 @@ import torch
 from tqdm import tqdm
 
 from common.checkpoint import load_model
+from common.cli import option, progress_option
 from common.data import question_parts
 from common.dataset import Dataset
 from common.device import resolve_device
 from common.emulator import Emulator, EmulatorConfig
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
-from common.metrics import auc_or_nan
+from common.layout import fold_dir, state_dir
+from common.metrics import slice_table, student_and_part_slices
 from common.online import OnlineState, Snapshot, build_snapshot
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -42,17 +44,22 @@ REPO_DIR = PACKAGE_DIR.parent
 
 @dataclass
 class InferConfig:
-    fold: int = 0
-    device: str = "auto"
-    seed: int = 0  # group sizes of the emulated stream
-    max_group_students: int = 1000
-    # students whose model cache stays in memory; others are rebuilt from their ring
-    cache_students: int = 4096
-    checkpoint: str = "best.pt"
-    progress: bool = True
-    # GB the online state (student rings + cache pool) may hold; None: unbounded. Past it
-    # the run stops with StateMemoryError rather than being killed by the OS.
-    max_state_memory: float | None = None
+    fold: int = option(0, "the fold whose validation rows are streamed")
+    device: str = option("auto", "auto: CUDA when present", choices=("auto", "cpu", "cuda"))
+    seed: int = option(0, "seed of the emulated stream's group sizes")
+    max_group_students: int = option(1000, "most students in one emulated group")
+    cache_students: int = option(
+        4096, "students whose model cache stays in memory (LRU beyond; rebuilt from the ring)"
+    )
+    checkpoint: str = option("best.pt", "file in output/fold{k}/")
+    progress: bool = progress_option()
+    # past it the run stops with StateMemoryError rather than being killed by the OS
+    max_state_memory: float | None = option(
+        None,
+        "refuse, with a message, to let the online state (student rings + cache pool) grow "
+        "past this many GB (the total is in stream_summary.json)",
+        metavar="GB",
+    )
 
     @property
     def max_state_bytes(self) -> int | None:
@@ -94,25 +101,22 @@ def stream_loop(env, state: OnlineState, progress: bool = True) -> dict:
 
 
 def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
-    """AUC overall, for new and continuing students, and by part."""
-    slices = [("all", np.ones(len(results), dtype=bool))]
-    slices += [("new students", results["new_student"].to_numpy())]
-    slices += [("continuing students", ~results["new_student"].to_numpy())]
+    """AUC overall, for new and continuing students, and by part (1-7)."""
     part = parts[np.clip(results["content_id"].to_numpy(), 0, len(parts) - 1)]
-    slices += [(f"part {p}", part == p) for p in range(1, 8)]
-    table = []
-    for name, mask in slices:
-        labels = results["answered_correctly"].to_numpy()[mask]
-        scores = results["prediction"].to_numpy()[mask]
-        table.append(
-            {
-                "slice": name,
-                "rows": int(mask.sum()),
-                "auc": auc_or_nan(labels, scores),
-                "share_correct": float(labels.mean()) if len(labels) else float("nan"),
-            }
-        )
-    return pd.DataFrame(table)
+    slices = student_and_part_slices(results["new_student"].to_numpy(), part, range(1, 8))
+    table = slice_table(
+        results["answered_correctly"].to_numpy(), {"model": results["prediction"]}, slices
+    )
+    names = {"all": "{}", "student": "{} students", "part": "part {}"}
+    pairs = table[["slice", "value"]].itertuples(index=False)
+    return pd.DataFrame(
+        {
+            "slice": [names[k].format(v) for k, v in pairs],
+            "rows": table["rows"],
+            "auc": table["auc_model"],
+            "share_correct": table["share_correct"],
+        }
+    )
 
 
 def fold_state(
@@ -131,11 +135,11 @@ def fold_state(
 
 def run_emulated(output_dir: Path, config: InferConfig) -> dict:
     """Stream fold `config.fold`'s validation rows through the emulator."""
-    fold_dir = output_dir / f"fold{config.fold}"
+    run_dir = fold_dir(output_dir, config.fold)
     device = resolve_device(config.device)
-    model, checkpoint = load_model(fold_dir / config.checkpoint, device)
+    model, checkpoint = load_model(run_dir / config.checkpoint, device)
     fingerprint = checkpoint.get("fold_fingerprint")
-    check_fold_fingerprint(fingerprint, output_dir, config.fold, str(fold_dir / config.checkpoint))
+    check_fold_fingerprint(fingerprint, output_dir, config.fold, str(run_dir / config.checkpoint))
     dataset = Dataset.load(output_dir)
     fold = Fold.load(output_dir, config.fold)
     state = fold_state(output_dir, config, model, device, dataset)
@@ -149,7 +153,7 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
     table = stream_metrics(results, parts)
     summary = {
         "fold": config.fold,
-        "checkpoint": str(fold_dir / config.checkpoint),
+        "checkpoint": str(run_dir / config.checkpoint),
         "checkpoint_epoch": checkpoint.get("epoch"),
         # how the checkpoint was chosen: "inner" (an inner split of the training
         # students), "fold" (these very rows), or None (a checkpoint named by hand)
@@ -168,19 +172,19 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
         "device": str(device),
         "torch_threads": torch.get_num_threads(),
     }
-    write_outputs(fold_dir, results, table, summary)
-    write_run_record(fold_dir, "infer", asdict(config))
+    write_outputs(run_dir, results, table, summary)
+    write_run_record(run_dir, "infer", asdict(config))
     return summary
 
 
-def write_outputs(fold_dir: Path, results: pd.DataFrame, table: pd.DataFrame, summary: dict):
-    with atomic_file(fold_dir / "submission.csv") as tmp:
+def write_outputs(run_dir: Path, results: pd.DataFrame, table: pd.DataFrame, summary: dict):
+    with atomic_file(run_dir / "submission.csv") as tmp:
         results[["row_id", "prediction"]].rename(
             columns={"prediction": "answered_correctly"}
         ).to_csv(tmp, index=False)
-    with atomic_file(fold_dir / "stream_predictions.parquet") as tmp:
+    with atomic_file(run_dir / "stream_predictions.parquet") as tmp:
         results.to_parquet(tmp, index=False)
-    with atomic_file(fold_dir / "stream_metrics.csv") as tmp:
+    with atomic_file(run_dir / "stream_metrics.csv") as tmp:
         table.to_csv(tmp, index=False)
     lines = ["| slice | rows | AUC | share correct |", "|---|---:|---:|---:|"]
     lines += [
@@ -194,8 +198,8 @@ def write_outputs(fold_dir: Path, results: pd.DataFrame, table: pd.DataFrame, su
         f"({summary['device']}, {summary['torch_threads']} threads); predicting alone "
         f"(without the API's own calls) {summary['predict_rows_per_s']:,.0f} rows/s",
     ]
-    write_text(fold_dir / "stream_metrics.md", "\n".join(lines) + "\n")
-    write_json(fold_dir / "stream_summary.json", summary)
+    write_text(run_dir / "stream_metrics.md", "\n".join(lines) + "\n")
+    write_json(run_dir / "stream_summary.json", summary)
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,14 +215,14 @@ def full_snapshot(dataset: Dataset, keep_last: int) -> Snapshot:
 def export_kaggle(output_dir: Path, fold: int, dest: Path, dataset_id: str) -> Path:
     """Write the offline bundle a Kaggle notebook needs (see the module docstring)."""
     dest.mkdir(parents=True, exist_ok=True)
-    checkpoint = output_dir / f"fold{fold}" / "best.pt"
+    checkpoint = fold_dir(output_dir, fold) / "best.pt"
     model, _ = load_model(checkpoint, "cpu")
     if dest.resolve() != output_dir.resolve():
-        with atomic_file(dest / f"fold{fold}" / "best.pt") as tmp:
+        with atomic_file(fold_dir(dest, fold) / "best.pt") as tmp:
             shutil.copyfile(checkpoint, tmp)
     dataset = Dataset.load(output_dir)
-    full_snapshot(dataset, model.config.receptive_field).save(dest / "state" / "snapshot.npz")
-    with atomic_file(dest / "state" / "questions.parquet") as tmp:
+    full_snapshot(dataset, model.config.receptive_field).save(state_dir(dest) / "snapshot.npz")
+    with atomic_file(state_dir(dest) / "questions.parquet") as tmp:
         dataset.questions.to_parquet(tmp, index=False)
     del dataset
     code = dest / "code"
@@ -260,9 +264,9 @@ def run_competition(
     import riiideducation  # only present in the competition's notebooks
 
     device = resolve_device(device_name)
-    model, _ = load_model(model_dir / f"fold{fold}" / "best.pt", device)
-    snapshot = Snapshot.load(model_dir / "state" / "snapshot.npz")
-    parts = question_parts(pd.read_parquet(model_dir / "state" / "questions.parquet"))
+    model, _ = load_model(fold_dir(model_dir, fold) / "best.pt", device)
+    snapshot = Snapshot.load(state_dir(model_dir) / "snapshot.npz")
+    parts = question_parts(pd.read_parquet(state_dir(model_dir) / "questions.parquet"))
     state = OnlineState(model, parts, device, snapshot, cache_students, max_state_bytes)
     env = riiideducation.make_env()
     timing = stream_loop(env, state, progress=False)

@@ -1,17 +1,10 @@
 """Public knowledge-tracing datasets -> competition-schema input files.
 
 The line formats that DKVMN (Zhang et al., WWW 2017) and AKT (Ghosh et al., KDD 2020)
-ship their ASSISTments splits in are converted into `train.csv`, `questions.csv` and
-`lectures.csv` with exactly the Riiid! schema (common/schema.py), so the same pipeline
-(01_preprocess.py -> ...) runs on them unchanged.
-
-Input formats, one block of lines per student, no header:
-    3line (DKVMN)  `length` / skill ids / 0-1 correctness. The skill is the question.
-    4line (AKT)    `user_index,raw_student_id` / problem ids / skill ids / 0-1 correctness.
-                   The problem is the question; its skill(s) become its tags.
-Lists are comma-separated non-negative integers; one trailing comma per line and trailing
-whitespace (CRLF) are tolerated, anything else raises `LineInputError` naming the file,
-line, item and what was expected.
+ship their ASSISTments splits in (read by common/kt_readers.py) are converted into
+`train.csv`, `questions.csv` and `lectures.csv` with exactly the Riiid! schema
+(common/schema.py), so the same pipeline (01_preprocess.py -> ...) runs on them unchanged;
+common/kt_outputs.py writes them with the maps and conversion.json.
 
 What the sources lack is filled in so that no feature carries invented signal (also
 written to conversion.json as `filled_in`):
@@ -36,12 +29,6 @@ rows is `multi_skill_rows`:
 A run of copies is: consecutive lines of one student with the same problem and the same
 correctness, each with a skill not yet in the run.
 
-Outputs (one directory, written atomically): train.csv, questions.csv, lectures.csv;
-question_map.csv (raw_problem_id -> content_id), skill_map.csv (raw_skill_id -> tag),
-user_map.csv (user_id -> raw ids, source file and line, fold); user_folds.csv (user_id,fold)
-when the dataset ships user folds, listing only students in a held-out fold; and
-conversion.json (inputs with sha256, counts, share correct, `filled_in`).
-
 Limits (int16 columns): at most 32,768 distinct questions and skills (dense ids
 0..32,767), and at most 32,768 responses per student (task_container_id 0..32,767); more
 raises an error rather than splitting students, so that a user id keeps meaning one student.
@@ -50,60 +37,30 @@ raises an error rather than splitting students, so that a user id keeps meaning 
 from __future__ import annotations
 
 import hashlib
-import json
-import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.csv as pacsv
 
-from common.files import atomic_dir
+from common.kt_outputs import ConvertedDataset, write_converted
+from common.kt_readers import (
+    LINE_FORMATS,
+    NO_FOLD,
+    LineFormat,
+    LineInputError,
+    StudentSequence,
+    check_unique_students,
+    read_students,
+)
 from common.schema import LECTURES_DTYPES, N_PARTS, QUESTIONS_DTYPES, TRAIN_COLUMNS, InputError
 
-LineFormat = Literal["3line", "4line"]
 MultiSkillRows = Literal["keep", "bundle", "merge"]
-LINE_FORMATS: tuple[str, ...] = ("3line", "4line")
 MULTI_SKILL_MODES: tuple[str, ...] = ("keep", "bundle", "merge")
-LINES_PER_STUDENT: dict[str, int] = {"3line": 3, "4line": 4}
 
 INT16_MAX = int(np.iinfo(np.int16).max)
-# user_map.csv fold of a student in no shipped held-out fold (e.g. a train split); such
-# students are left out of user_folds.csv, so they only ever train.
-NO_FOLD = -1
 TIMESTAMP_STEP_MS = 60_000  # one minute per response: a constant, so lags carry no signal
-
-OUTPUT_FILES: tuple[str, ...] = (
-    "train.csv",
-    "questions.csv",
-    "lectures.csv",
-    "question_map.csv",
-    "skill_map.csv",
-    "user_map.csv",
-    "conversion.json",
-)  # plus user_folds.csv when the dataset ships folds
-
-
-@dataclass
-class LineInputError(InputError):
-    """An `InputError` in a headerless line-format file: located by 1-based line number and
-    1-based item within the comma-separated line (`column` names what the line holds)."""
-
-    line: int | None = None
-    item: int | None = None
-
-    def __str__(self) -> str:
-        where = [self.file]
-        if self.line is not None:
-            what = f" ({self.column})" if self.column else ""
-            where.append(f"line {self.line}{what}")
-        if self.item is not None:
-            where.append(f"item {self.item}")
-        found = "" if self.value is None else f": found {self.value!r}"
-        return f"{', '.join(where)}{found}; expected {self.expected}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -200,193 +157,7 @@ def preset_config(dataset: str, source_dir: str | Path, **overrides: object) -> 
 
 
 # ---------------------------------------------------------------------------------------
-# Reading the line formats
-
-# [0-9], not \d: no non-ASCII digits; at most 18 digits, so every id fits int64
-_INT = "[0-9]{1,18}"
-_INT_LIST = re.compile(f"{_INT}(?:,{_INT})*")
-_ID_LINE = re.compile(f"({_INT}),({_INT})")
-_INTEGERS = "comma-separated non-negative integers (at most 18 digits each)"
-
-
-@dataclass
-class StudentSequence:
-    """One student's block as read, in file order."""
-
-    source_file: str
-    source_line: int  # 1-based line of the block's first line
-    problems: np.ndarray  # (n,) int64 raw ids
-    skills: np.ndarray  # (n,) int64 raw ids
-    correct: np.ndarray  # (n,) int64 0/1
-    user_index: int | None = None  # 4line only
-    raw_student_id: int | None = None  # 4line only
-    fold: int = NO_FOLD
-
-
-def _clean(text: str) -> str:
-    text = text.strip()
-    return text[:-1] if text.endswith(",") else text
-
-
-def parse_int_list(text: str, *, file: str, line: int, what: str) -> np.ndarray:
-    """(n,) int64: a comma-separated list of non-negative integers (empty line -> n = 0)."""
-    text = _clean(text)
-    if not text:
-        return np.zeros(0, dtype=np.int64)
-    if _INT_LIST.fullmatch(text):
-        return np.array(text.split(","), dtype=np.int64)
-    for item, token in enumerate(text.split(","), start=1):
-        if not re.fullmatch(_INT, token):
-            raise LineInputError(
-                file,
-                _INTEGERS,
-                column=what,
-                value=token,
-                line=line,
-                item=item,
-            )
-    raise AssertionError("unreachable: the regex and the token check disagree")
-
-
-def _parse_correct(text: str, *, file: str, line: int) -> np.ndarray:
-    values = parse_int_list(text, file=file, line=line, what="correctness")
-    if len(values) and values.max() > 1:
-        item = int(np.argmax(values > 1))
-        raise LineInputError(
-            file,
-            "correctness 0 or 1",
-            column="correctness",
-            value=str(values[item]),
-            line=line,
-            item=item + 1,
-        )
-    return values
-
-
-def _check_length(
-    values: np.ndarray, expected: int, why: str, *, file: str, line: int, what: str
-) -> None:
-    if len(values) != expected:
-        raise LineInputError(
-            file, f"{expected} items ({why})", column=what, value=f"{len(values)} items", line=line
-        )
-
-
-def _read_block_3line(lines: list[str], first: int, file: str) -> StudentSequence:
-    """first: 0-based index of the block's `length` line."""
-    head = _clean(lines[first])
-    if not re.fullmatch(_INT, head):
-        raise LineInputError(
-            file,
-            "a sequence length (one non-negative integer)",
-            column="length",
-            value=lines[first].rstrip("\r\n"),
-            line=first + 1,
-        )
-    length = int(head)
-    skills = parse_int_list(lines[first + 1], file=file, line=first + 2, what="skill ids")
-    correct = _parse_correct(lines[first + 2], file=file, line=first + 3)
-    why = f"the length on line {first + 1}"
-    _check_length(skills, length, why, file=file, line=first + 2, what="skill ids")
-    _check_length(correct, length, why, file=file, line=first + 3, what="correctness")
-    # skill-level data: the skill id is the question id
-    return StudentSequence(file, first + 1, problems=skills, skills=skills, correct=correct)
-
-
-def _read_block_4line(lines: list[str], first: int, file: str) -> StudentSequence:
-    """first: 0-based index of the block's `user_index,raw_student_id` line."""
-    ids = _ID_LINE.fullmatch(_clean(lines[first]))
-    if ids is None:
-        raise LineInputError(
-            file,
-            "'user_index,raw_student_id' (two non-negative integers)",
-            column="student ids",
-            value=lines[first].rstrip("\r\n"),
-            line=first + 1,
-        )
-    problems = parse_int_list(lines[first + 1], file=file, line=first + 2, what="problem ids")
-    skills = parse_int_list(lines[first + 2], file=file, line=first + 3, what="skill ids")
-    correct = _parse_correct(lines[first + 3], file=file, line=first + 4)
-    why = f"one per problem id on line {first + 2}"
-    _check_length(skills, len(problems), why, file=file, line=first + 3, what="skill ids")
-    _check_length(correct, len(problems), why, file=file, line=first + 4, what="correctness")
-    return StudentSequence(
-        file,
-        first + 1,
-        problems=problems,
-        skills=skills,
-        correct=correct,
-        user_index=int(ids.group(1)),
-        raw_student_id=int(ids.group(2)),
-    )
-
-
-def read_students(
-    path: str | Path, line_format: LineFormat, fold: int = NO_FOLD
-) -> list[StudentSequence]:
-    """Every student block of one file, in file order (empty students included)."""
-    file = str(path)
-    try:
-        lines = Path(path).read_text(encoding="utf-8").split("\n")
-    except UnicodeDecodeError as error:
-        raise LineInputError(file, f"text of {_INTEGERS}", value=str(error)) from error
-    if lines[-1] == "":  # the final newline
-        lines.pop()
-    per_student = LINES_PER_STUDENT[line_format]
-    complete = len(lines) - len(lines) % per_student
-    read_block = _read_block_3line if line_format == "3line" else _read_block_4line
-    # complete blocks first: a stray or missing line mid-file fails where it shifts a block
-    students = [read_block(lines, first, file) for first in range(0, complete, per_student)]
-    if complete < len(lines):
-        raise LineInputError(
-            file,
-            f"{per_student} lines per student; the file ends after {len(lines)} lines, "
-            f"inside the block that starts here (a missing or extra line?)",
-            column="block",
-            line=complete + 1,
-        )
-    for student in students:
-        student.fold = fold
-    return students
-
-
-def _check_unique_students(students: list[StudentSequence]) -> None:
-    """AKT ids must name one student each: its folds are disjoint sets of students."""
-    for key in ("raw_student_id", "user_index"):
-        seen: dict[int, StudentSequence] = {}
-        for student in students:
-            value = getattr(student, key)
-            if value is None:
-                continue
-            if value in seen:
-                earlier = seen[value]
-                raise LineInputError(
-                    student.source_file,
-                    f"each {key} once in the dataset (it is also on line "
-                    f"{earlier.source_line} of {earlier.source_file})",
-                    column="student ids",
-                    value=str(value),
-                    line=student.source_line,
-                )
-            seen[value] = student
-
-
-# ---------------------------------------------------------------------------------------
 # Conversion
-
-
-@dataclass
-class ConvertedDataset:
-    """Everything written to the output directory, as frames, plus the record."""
-
-    train: pd.DataFrame
-    questions: pd.DataFrame
-    lectures: pd.DataFrame
-    question_map: pd.DataFrame
-    skill_map: pd.DataFrame
-    user_map: pd.DataFrame
-    user_folds: pd.DataFrame | None
-    record: dict = field(default_factory=dict)
 
 
 def _dense_ids(raw: np.ndarray, what: str, files: str) -> tuple[np.ndarray, np.ndarray]:
@@ -447,7 +218,7 @@ def convert(config: ConversionConfig) -> ConvertedDataset:
     students: list[StudentSequence] = []
     for path, fold in zip(config.inputs, folds, strict=True):
         students.extend(read_students(path, config.line_format, fold))
-    _check_unique_students(students)
+    check_unique_students(students)
     kept = [s for s in students if len(s.problems)]
     files = ", ".join(str(p) for p in config.inputs)
     if not kept:
@@ -668,45 +439,6 @@ def filled_in(config: ConversionConfig) -> dict[str, str]:
         "user_id": "dense 1..U in file order, empty students skipped (user_map.csv)",
         "lectures.csv": "header only (no lectures in the source)",
     }
-
-
-# ---------------------------------------------------------------------------------------
-# Writing
-
-
-def write_train_csv(train: pd.DataFrame, path: Path) -> None:
-    """train.csv as the competition writes it (plain integers, empty for missing), through
-    pyarrow: about 20x faster than DataFrame.to_csv on these all-integer rows."""
-    table = pa.Table.from_pandas(train, preserve_index=False)
-    with open(path, "wb") as handle:
-        handle.write((",".join(train.columns) + "\n").encode())  # pyarrow would quote it
-        pacsv.write_csv(table, handle, pacsv.WriteOptions(include_header=False))
-
-
-def write_converted(converted: ConvertedDataset, output_dir: str | Path) -> Path:
-    """Write every output file into `output_dir`, atomically as one directory. An existing
-    `output_dir` is replaced only if it is empty or an earlier conversion."""
-    output_dir = Path(output_dir)
-    if output_dir.exists() and (
-        not output_dir.is_dir()
-        or (any(output_dir.iterdir()) and not (output_dir / "conversion.json").exists())
-    ):
-        raise FileExistsError(
-            f"{output_dir}: expected a new or empty directory or an earlier conversion "
-            "(with conversion.json); refusing to replace it"
-        )
-    with atomic_dir(output_dir) as tmp:
-        write_train_csv(converted.train, tmp / "train.csv")
-        converted.questions.to_csv(tmp / "questions.csv", index=False)
-        converted.lectures.to_csv(tmp / "lectures.csv", index=False)
-        converted.question_map.to_csv(tmp / "question_map.csv", index=False)
-        converted.skill_map.to_csv(tmp / "skill_map.csv", index=False)
-        converted.user_map.to_csv(tmp / "user_map.csv", index=False)
-        if converted.user_folds is not None:
-            converted.user_folds.to_csv(tmp / "user_folds.csv", index=False)
-        text = json.dumps(converted.record, indent=2, sort_keys=True) + "\n"
-        (tmp / "conversion.json").write_text(text)
-    return output_dir
 
 
 def convert_dataset(config: ConversionConfig, output_dir: str | Path) -> dict:

@@ -6,28 +6,47 @@ AUC, and every metric of one scorer together. Pure functions, used by 03's valid
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import (
-    accuracy_score,
-    brier_score_loss,
-    confusion_matrix,
-    f1_score,
-    log_loss,
-    precision_recall_curve,
-    precision_score,
-    recall_score,
-    roc_auc_score,
-)
+import pandas as pd
 from tqdm import tqdm
 
 PROBABILITY_CLIP = 1e-7  # log loss: probabilities are clipped to [clip, 1 - clip]
 
 
-def auc_or_nan(labels: np.ndarray, scores: np.ndarray) -> float:
-    """ROC AUC, or NaN where it is undefined (no rows, or one class only)."""
-    labels = np.asarray(labels)
-    if len(labels) == 0 or labels.min() == labels.max():
+def _tied_groups(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order, group, values): the stable ascending sort of `scores`, each sorted row's
+    run of tied scores (0, 1, ...), and each run's score."""
+    order = np.argsort(scores, kind="mergesort")
+    ordered = scores[order]
+    opens = np.ones(len(ordered), dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=opens[1:])
+    return order, np.cumsum(opens) - 1, ordered[opens]
+
+
+def _grouped_auc(positive: np.ndarray, group: np.ndarray, weight: np.ndarray) -> float:
+    """AUC from rows in ascending score order (runs of tied scores numbered by `group`)."""
+    n_groups = int(group[-1]) + 1
+    positive_weight = np.bincount(group, weight * positive, minlength=n_groups)
+    negative_weight = np.bincount(group, weight * ~positive, minlength=n_groups)
+    total_positive, total_negative = positive_weight.sum(), negative_weight.sum()
+    if total_positive == 0 or total_negative == 0:
         return float("nan")
-    return float(roc_auc_score(labels, scores))
+    below = np.cumsum(negative_weight) - negative_weight
+    pairs = positive_weight @ (below + 0.5 * negative_weight)
+    return float(pairs / (total_positive * total_negative))
+
+
+def auc_or_nan(labels: np.ndarray, scores: np.ndarray) -> float:
+    """ROC AUC, or NaN where it is undefined (no rows, or one class only).
+
+    The Mann-Whitney form: the share of (positive, negative) pairs in which the positive
+    scores higher, a tie counting a half; the area under the ROC curve that sklearn's
+    roc_auc_score integrates (equal to 1e-15), from one sort and no per-call validation,
+    so the many small slices of 05's tables cost little."""
+    labels = np.asarray(labels)
+    if len(labels) == 0:
+        return float("nan")
+    order, group, _ = _tied_groups(np.asarray(scores, dtype=np.float64))
+    return _grouped_auc(labels[order] == 1, group, np.ones(len(labels)))
 
 
 def binary_log_loss(labels: np.ndarray, probability: np.ndarray) -> float:
@@ -43,35 +62,45 @@ def binary_log_loss(labels: np.ndarray, probability: np.ndarray) -> float:
 
 def threshold_metrics(labels: np.ndarray, scores: np.ndarray, threshold: float) -> dict:
     """Classification metrics of `scores >= threshold` (the convention of
-    precision_recall_curve)."""
-    predicted = (np.asarray(scores) >= threshold).astype(np.int8)
-    tn, fp, fn, tp = confusion_matrix(labels, predicted, labels=[0, 1]).ravel()
-    specificity = float(recall_score(labels, predicted, pos_label=0, zero_division=0))
+    precision_recall_curve); a ratio with a zero denominator is 0 (as sklearn's
+    zero_division=0)."""
+    labels = np.asarray(labels) == 1
+    predicted = np.asarray(scores) >= threshold
+    tp = int((predicted & labels).sum())
+    fp = int((predicted & ~labels).sum())
+    fn = int((~predicted & labels).sum())
+    tn = len(labels) - tp - fp - fn
+
+    def ratio(top: int, bottom: int) -> float:
+        return top / bottom if bottom else 0.0
+
+    specificity = ratio(tn, tn + fp)
     return {
-        "accuracy": float(accuracy_score(labels, predicted)),
-        "precision": float(precision_score(labels, predicted, zero_division=0)),
-        "recall": float(recall_score(labels, predicted, zero_division=0)),
+        "accuracy": ratio(tp + tn, len(labels)),
+        "precision": ratio(tp, tp + fp),
+        "recall": ratio(tp, tp + fn),
         "fall_out": 1.0 - specificity,
         "specificity": specificity,
-        "f1": float(f1_score(labels, predicted, zero_division=0)),
-        "tp": int(tp),
-        "fp": int(fp),
-        "tn": int(tn),
-        "fn": int(fn),
+        "f1": ratio(2 * tp, 2 * tp + fp + fn),
+        "tp": tp,
+        "fp": fp,
+        "tn": tn,
+        "fn": fn,
     }
 
 
 def f1_optimal_threshold(labels: np.ndarray, scores: np.ndarray) -> float:
     """The score threshold (predict positive at >= it) with the highest F1; the lowest
-    such threshold on ties."""
-    precision, recall, thresholds = precision_recall_curve(labels, scores)
-    # The curve's last point (precision 1, recall 0) has no threshold.
-    precision, recall = precision[:-1], recall[:-1]
-    denominator = precision + recall
-    f1 = np.divide(
-        2 * precision * recall, denominator, out=np.zeros_like(denominator), where=denominator > 0
-    )
-    return float(thresholds[int(np.argmax(f1))])
+    such threshold on ties. Candidates are the distinct scores (precision_recall_curve's
+    thresholds)."""
+    order, group, values = _tied_groups(np.asarray(scores, dtype=np.float64))
+    positive = np.asarray(labels)[order] == 1
+    # predicting positive at >= values[g]: the rows of runs g and above
+    above = np.cumsum(np.bincount(group, minlength=len(values))[::-1])[::-1]
+    true_above = np.cumsum(np.bincount(group, positive, minlength=len(values))[::-1])[::-1]
+    denominator = above + positive.sum()  # 2 tp + fp + fn = predicted + actual positives
+    f1 = np.divide(2 * true_above, denominator, out=np.zeros(len(values)), where=denominator > 0)
+    return float(values[int(np.argmax(f1))])
 
 
 def bootstrap_auc_interval(
@@ -84,26 +113,19 @@ def bootstrap_auc_interval(
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of ROC AUC over rows.
 
-    Each resample draws len(labels) rows with replacement, passed to roc_auc_score as
-    multinomial counts (sample_weight), which is the same AUC as the resampled rows.
-    Rows are sorted by score once so that sklearn's stable sort runs on sorted input.
-    Cost: one roc_auc_score per resample (about 0.4 s per million rows).
-    """
+    Each resample draws len(labels) rows with replacement, counted as weights (the AUC of
+    the resampled rows); the rows are sorted once, so a resample costs two bincounts."""
     if n_resamples <= 0 or len(labels) == 0:
         return float("nan"), float("nan")
-    order = np.argsort(scores, kind="stable")
-    labels, scores = np.asarray(labels)[order], np.asarray(scores)[order]
+    order, group, _ = _tied_groups(np.asarray(scores, dtype=np.float64))
+    positive = np.asarray(labels)[order] == 1
     rng = np.random.default_rng(seed)
-    n = len(labels)
+    n = len(positive)
     aucs = np.empty(n_resamples)
     bar = tqdm(range(n_resamples), desc=f"AUC bootstrap, {n:,} rows", disable=not progress)
     for b in bar:
-        counts = np.bincount(rng.integers(0, n, size=n), minlength=n)
-        positives = counts[labels == 1].sum()
-        if positives == 0 or positives == n:
-            aucs[b] = np.nan
-            continue
-        aucs[b] = roc_auc_score(labels, scores, sample_weight=counts)
+        counts = np.bincount(rng.integers(0, n, size=n), minlength=n).astype(np.float64)
+        aucs[b] = _grouped_auc(positive, group, counts)
     tail = 100 * (1 - level) / 2
     low, high = np.nanpercentile(aucs, [tail, 100 - tail])
     return float(low), float(high)
@@ -118,8 +140,8 @@ def score_metrics(labels: np.ndarray, scores: np.ndarray) -> dict:
         "rows": len(labels),
         "share_positive": float(labels.mean()) if len(labels) else float("nan"),
         "auc": auc_or_nan(labels, scores),
-        "log_loss": float(log_loss(labels, scores, labels=[0, 1])) if len(labels) else np.nan,
-        "brier": float(brier_score_loss(labels, scores)) if len(labels) else np.nan,
+        "log_loss": binary_log_loss(labels, scores),
+        "brier": float(np.mean((scores - labels) ** 2)) if len(labels) else float("nan"),
     }
     for key, value in threshold_metrics(labels, scores, 0.5).items():
         result[f"{key}_at_half"] = value
@@ -128,3 +150,63 @@ def score_metrics(labels: np.ndarray, scores: np.ndarray) -> dict:
     for key, value in threshold_metrics(labels, scores, best).items():
         result[f"{key}_at_best_f1"] = value
     return result
+
+
+# (kind, value, mask): one slice of the scored rows, e.g. ("part", "3", part == 3)
+Slice = tuple[str, str, np.ndarray]
+
+
+def student_and_part_slices(new_student: np.ndarray, part: np.ndarray, parts) -> list[Slice]:
+    """All rows, new and continuing students, and each part in `parts`."""
+    new_student = np.asarray(new_student, dtype=bool)
+    slices = [("all", "all", np.ones(len(new_student), dtype=bool))]
+    slices += [("student", "new", new_student), ("student", "continuing", ~new_student)]
+    return slices + [("part", str(p), part == p) for p in parts]
+
+
+def slice_table(
+    labels: np.ndarray,
+    scores: dict[str, np.ndarray],
+    slices: list[Slice],
+    log_loss_of: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """Per slice: rows, share correct, AUC of every scorer (auc_<name>), and the log loss
+    of the scorers named in log_loss_of (log_loss_<name>); NaN where a slice is empty."""
+    labels = np.asarray(labels)
+    records = []
+    for kind, value, mask in slices:
+        picked = labels[mask]
+        record = {
+            "slice": kind,
+            "value": value,
+            "rows": int(mask.sum()),
+            "share_correct": float(picked.mean()) if len(picked) else float("nan"),
+        }
+        for name, score in scores.items():
+            record[f"auc_{name}"] = auc_or_nan(picked, np.asarray(score)[mask])
+        for name in log_loss_of:
+            record[f"log_loss_{name}"] = binary_log_loss(picked, np.asarray(scores[name])[mask])
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+def smoothed_rates(
+    item: np.ndarray, outcome: np.ndarray, n_items: int, prior: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(rate, count, global_rate) per item id 0..n_items-1: the share of correct outcomes
+    with `prior` pseudo-answers at the global rate added (rate = the global rate where an
+    item has no answers; ids outside the range are left out; global rate 0.5 with no
+    answers at all). The question rate of the difficulty input and of the baselines."""
+    if prior < 0:
+        raise ValueError(f"smoothing must be >= 0, got {prior}")
+    item = np.asarray(item, dtype=np.int64)
+    outcome = np.asarray(outcome, dtype=np.float64)
+    known = (item >= 0) & (item < n_items)
+    item, outcome = item[known], outcome[known]
+    count = np.bincount(item, minlength=n_items).astype(np.float64)
+    correct = np.bincount(item, weights=outcome, minlength=n_items)
+    global_rate = float(correct.sum() / count.sum()) if count.sum() else 0.5
+    rate = np.full(n_items, global_rate)
+    seen = count > 0
+    rate[seen] = (correct[seen] + prior * global_rate) / (count[seen] + prior)
+    return rate, count, global_rate

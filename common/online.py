@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from common.errors import UserError
 from common.features import (
     ANSWER_PAD,
     SEQUENCE_FIELDS,
@@ -43,7 +44,8 @@ from common.features import (
     step_inputs,
 )
 from common.files import atomic_file
-from common.model import SAINT, ModelCache
+from common.model import SAINT
+from common.model_cache import ModelCache
 from common.predict import to_tensors
 from common.schema import QUESTION
 
@@ -67,7 +69,7 @@ FIELD_DTYPES = {
 }
 
 
-class StateMemoryError(RuntimeError):
+class StateMemoryError(UserError, RuntimeError):
     """The online state would outgrow its memory budget (OnlineState's max_bytes)."""
 
 
@@ -452,7 +454,7 @@ class OnlineState:
 
 
 class CachePool:
-    """The model's ring caches (common.model.ModelCache) for up to `size` students, with
+    """The model's ring caches (common.model_cache.ModelCache) for up to `size` students, with
     LRU eviction. The tensors grow (doubling) with the number of students that need an
     entry, up to `size`, so a stream of a few hundred students does not allocate and
     zero the room for thousands (gigabytes for a large model) before its first group."""

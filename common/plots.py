@@ -13,9 +13,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from sklearn.calibration import calibration_curve
-from sklearn.metrics import roc_auc_score, roc_curve
+from sklearn.metrics import roc_curve
 
 from common.files import atomic_file
+from common.metrics import auc_or_nan
 
 DPI = 120
 
@@ -31,7 +32,7 @@ def roc_figure(path: Path, labels: np.ndarray, scores: dict[str, np.ndarray]) ->
     figure, ax = plt.subplots(figsize=(5.5, 5))
     for name, score in scores.items():
         fpr, tpr, _ = roc_curve(labels, score)
-        auc = roc_auc_score(labels, score)
+        auc = auc_or_nan(labels, score)
         style = "--" if name == "oracle" else "-"
         ax.plot(fpr, tpr, style, lw=1.5, label=f"{name} (AUC {auc:.4f})")
     ax.plot([0, 1], [0, 1], ":", color="grey", lw=1, label="chance")

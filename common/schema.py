@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.errors import UserError
+
 # train.csv: column -> dtype as the competition documents it. "boolean" is pandas' nullable
 # boolean (prior_question_had_explanation is empty on a student's first bundle).
 TRAIN_DTYPES: dict[str, str] = {
@@ -61,7 +63,7 @@ LECTURE = 1
 
 
 @dataclass
-class InputError(ValueError):
+class InputError(UserError, ValueError):
     """Bad input, located: which file, which data row (1-based; the header is line 1),
     which column, what value, and what was expected there."""
 

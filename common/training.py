@@ -1,6 +1,7 @@
-"""Training loop for 03_train.py: training sequences, optimizer and schedule, validation
-and model selection, what each checkpoint records (common/checkpoint.py writes it),
-resume, early stopping, DistributedDataParallel.
+"""Training loop for 03_train.py: optimizer, validation and model selection, what each
+checkpoint records (common/checkpoint.py writes it), resume, early stopping,
+DistributedDataParallel. Its settings: common/train_config.py; its spans, batches and
+schedule: common/train_plan.py.
 
 Training sequences: a student's training questions are cut into consecutive spans
 (`span` questions, 4 receptive fields by default), with the cut points shifted by a
@@ -25,11 +26,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
-import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,227 +39,33 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common.checkpoint import (
-    CheckpointError,
-    dict_differences,
+    check_resumable,
     latest_epoch_checkpoint,
     read_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
-from common.device import autocast_dtype, resolve_device
+from common.device import Distributed, autocast_dtype, resolve_device
 from common.difficulty import install_difficulty, out_of_fold_buckets
 from common.distill import check_distill_options, distillation_loss, load_teacher
 from common.features import window_inputs
 from common.files import atomic_file, remove_stale_temp_files, write_json, write_run_record
 from common.folds import FoldData, Tails, load_fold_data
+from common.layout import fold_dir
 from common.metrics import auc_or_nan, binary_log_loss
-from common.model import MODEL_PRESETS, SAINT, ModelConfig
+from common.model import SAINT
 from common.predict import predict_tails, to_tensors
 from common.tags import install_tags, tag_shape
-
-
-@dataclass
-class TrainConfig:
-    fold: int = 0
-    epochs: int = 20
-    # windows' worth of trained questions per optimizer step; 0: SAINT's 512, or fewer
-    # when an epoch would then take under 64 steps (a small data set: see batch_windows)
-    batch_size: int = 0
-    micro_batch: int = 0  # windows per forward pass; 0: 64 on CPU, the whole batch on CUDA
-    # questions trained on per training sequence; 0: 4 x the model's receptive field (each
-    # sequence also carries one receptive field of context outside the loss)
-    span: int = 0
-    lr: float = 1e-3
-    # warm-up steps; 0: a tenth of the run's steps, at most SAINT's 4,000 (which assumes
-    # Riiid's ~3,000 steps per epoch: on a small data set it would never end)
-    warmup: int = 0
-    schedule: str = "noam"  # "noam" (warm-up, then 1/sqrt(step)) or "cosine"
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    model: str = "saint+"  # a preset of decoder features: saint | saint+
-    decoder_features: tuple[str, ...] | None = None  # overrides the preset when set
-    d_model: int = 256
-    d_ff: int = 0  # feed-forward width; 0: 4 * d_model (the Transformer's ratio)
-    layers: int = 2  # per side: encoder and decoder
-    heads: int = 8
-    dropout: float = 0.1
-    window: int = 100
-    attention: str = "mha"
-    kv_latent_dim: int = 64
-    difficulty_buckets: int = 0
-    tags: bool = False  # the mean embedding of each question's tags in the encoder
-    question_embedding: str = "id"  # "id" or "rasch" (needs tags; common/model.py)
-    rope_fraction: float = 1.0  # share of each head's channels rotary positions rotate
-    seed: int = 0
-    device: str = "auto"
-    amp: str = "auto"  # auto: bf16 (or fp16) autocast on CUDA, off on CPU
-    resume: bool = False
-    patience: int = 3  # epochs without a better selection AUC before stopping
-    select_on: str = "inner"  # "inner": an inner split of the training students; "fold"
-    inner_share: float = 0.1  # share of training students in the inner validation split
-    valid_batch_size: int = 256
-    progress: bool = True
-    teacher: str | None = None  # knowledge distillation (common/distill.py)
-    distill_alpha: float = 0.5
-    distill_temperature: float = 2.0
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"unknown TrainConfig keys {sorted(unknown)}")
-        return cls(**values)
-
-    def model_config(self, n_questions: int, tag_shape: tuple[int, int] = (0, 1)) -> ModelConfig:
-        """tag_shape: (n_tags, max_tags) of the questions (common.tags.tag_shape); used
-        when `tags` is on."""
-        if self.model not in MODEL_PRESETS:
-            raise ValueError(f"--model must be one of {sorted(MODEL_PRESETS)}, got {self.model!r}")
-        features = self.decoder_features
-        if features is None:
-            features = MODEL_PRESETS[self.model]
-        return ModelConfig(
-            n_questions=n_questions,
-            d_model=self.d_model,
-            d_ff=self.d_ff,
-            n_heads=self.heads,
-            encoder_layers=self.layers,
-            decoder_layers=self.layers,
-            dropout=self.dropout,
-            window=self.window,
-            decoder_features=tuple(features),
-            attention=self.attention,
-            kv_latent_dim=self.kv_latent_dim,
-            difficulty_buckets=self.difficulty_buckets,
-            n_tags=tag_shape[0] if self.tags else 0,
-            max_tags=tag_shape[1] if self.tags else 1,
-            question_embedding=self.question_embedding,
-            rope_fraction=self.rope_fraction,
-        )
-
-
-# ---------------------------------------------------------------------------------------
-# data
-
-
-def epoch_spans(
-    train_length: np.ndarray, span: int, context: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(student, start, begin, stop) of this epoch's training sequences, shuffled.
-
-    Each student's questions [0, train_length) are cut into consecutive spans of `span`
-    questions, the cut points shifted by a random offset each epoch (the first span is the
-    shorter one), so each question is trained on exactly once per epoch. A sequence runs
-    from `start` = max(0, begin - context) to `stop` and is trained on [begin, stop): the
-    `context` questions before a span are its context only, so every trained position has
-    the whole receptive field behind it (or the student's whole history), the state that
-    validation and streaming predict from."""
-    shift = rng.integers(0, span, size=len(train_length))
-    shift = np.where(train_length > span, shift, 0)
-    # span j of a student covers [max(0, j*L - shift), min(n, (j+1)*L - shift))
-    count = np.where(train_length > 0, (train_length + shift + span - 1) // span, 0)
-    student = np.repeat(np.arange(len(train_length)), count)
-    j = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-    begin = np.maximum(0, j * span - shift[student])
-    stop = np.minimum(train_length[student], (j + 1) * span - shift[student])
-    start = np.maximum(0, begin - context)
-    order = rng.permutation(len(student))
-    return student[order], start[order], begin[order], stop[order]
-
-
-BATCH_MAX = 512  # SAINT's batch size, for Riiid's ~1.4M windows per epoch
-STEPS_MIN = 64  # automatic batch size: fewer windows per step below this many steps
-
-
-def batch_windows(train_length: np.ndarray, window: int, world: int = 1) -> int:
-    """The automatic batch size: SAINT's 512 windows per step (per process), or fewer on
-    a small data set so that an epoch still takes STEPS_MIN optimizer steps (at least
-    16 windows): with Riiid's batch, 2,000 demo students give a dozen steps per epoch."""
-    windows = int((-(-np.asarray(train_length) // window)).sum())
-    return int(np.clip(windows // (STEPS_MIN * world), 16, BATCH_MAX))
-
-
-def batch_bounds(weight: np.ndarray, budget: int, least: int = 1) -> list[slice]:
-    """Consecutive batches of items with these weights, each closed once it holds
-    `budget` weight and at least `least` items; the last one may be smaller."""
-    bounds, lo, total = [], 0, 0
-    for i, w in enumerate(weight.tolist()):
-        total += w
-        if total >= budget and i + 1 - lo >= least:
-            bounds.append(slice(lo, i + 1))
-            lo, total = i + 1, 0
-    if lo < len(weight):
-        bounds.append(slice(lo, len(weight)))
-    return bounds
-
-
-# ---------------------------------------------------------------------------------------
-# devices, distributed, precision
-
-
-@dataclass
-class Distributed:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    @classmethod
-    def from_env(cls) -> Distributed:
-        if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
-            return cls()
-        return cls(
-            int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-        )
-
-    def init(self, device: torch.device) -> None:
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
-
-    def broadcast(self, value: float) -> float:
-        if self.world == 1:
-            return value
-        tensor = torch.tensor([value], dtype=torch.float64)
-        dist.broadcast(tensor, 0)
-        return float(tensor.item())
-
-
-# ---------------------------------------------------------------------------------------
-
-
-WARMUP_SHARE = 0.1  # automatic warm-up: this share of the run's steps ...
-WARMUP_MAX = 4000  # ... at most SAINT's warm-up
-
-
-def warmup_steps(requested: int, total_steps: int) -> int:
-    """The warm-up: `requested` steps, or (0) a tenth of the run, at most 4,000 steps."""
-    if requested > 0:
-        return requested
-    return max(1, min(WARMUP_MAX, round(WARMUP_SHARE * total_steps)))
-
-
-def lr_factor(step: int, schedule: str, warmup: int, total_steps: int) -> float:
-    """The learning rate's multiplier at optimizer step `step` (1-based): a linear warm-up
-    to 1 at step `warmup`, then 1 / sqrt(step) (noam) or a cosine to 0 at total_steps."""
-    step = max(step, 1)
-    warm = max(warmup, 1)
-    if schedule == "noam":
-        return min(step / warm, math.sqrt(warm / step))
-    if schedule == "cosine":
-        if step < warm:
-            return step / warm
-        progress = min((step - warm) / max(total_steps - warm, 1), 1.0)
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"schedule must be noam or cosine, got {schedule!r}")
+from common.train_config import TrainConfig, shaping_changes
+from common.train_plan import (
+    batch_bounds,
+    batch_windows,
+    epoch_spans,
+    lr_factor,
+    micro_batch_groups,
+    warmup_steps,
+)
 
 
 def masked_bce(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -293,7 +99,7 @@ class Trainer:
     dist: Distributed = field(default_factory=Distributed)
 
     def __post_init__(self) -> None:
-        self.fold_dir = self.output_dir / f"fold{self.config.fold}"
+        self.fold_dir = fold_dir(self.output_dir, self.config.fold)
         self.fold_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(self.config.seed)
         np.random.seed(self.config.seed)
@@ -320,13 +126,13 @@ class Trainer:
         )
         self._check_selection()
         self.difficulty = None  # per flat question: its difficulty bucket as an input
-        if self.config.difficulty_buckets:
+        if self.config.model.difficulty_buckets:
             install_difficulty(self.model, self.data)
             self.difficulty = out_of_fold_buckets(
                 self.data.sequences,
                 self.data.fit_length,
                 self.data.n_questions,
-                self.config.difficulty_buckets,
+                self.config.model.difficulty_buckets,
             )
         if self.config.tags:
             install_tags(self.model, self.data.questions)
@@ -429,22 +235,10 @@ class Trainer:
         if path is None:
             return False
         checkpoint = read_checkpoint(path, self.device)
-        # through ModelConfig, so that a field added since the checkpoint reads as its default
-        recorded = ModelConfig.from_dict(checkpoint["model_config"]).to_dict()
-        differences = dict_differences(recorded, self.model_config.to_dict())
-        if differences:
-            raise CheckpointError(
-                f"{path} was trained with another model config (key: checkpoint vs this run) "
-                f"{differences}; resume with the same flags or start in another --output-dir"
-            )
-        recorded_folds = checkpoint.get("fold_fingerprint")
-        if self.data.fingerprint is not None and recorded_folds != self.data.fingerprint:
-            raise CheckpointError(
-                f"{path} was trained on other folds (fingerprint "
-                f"{(recorded_folds or {}).get('sha256')}) than those on disk now "
-                f"({self.data.fingerprint['sha256']}); start in another --output-dir"
-            )
-        self._note_train_config_changes(path, checkpoint.get("train_config", {}))
+        check_resumable(path, checkpoint, self.model_config, self.data.fingerprint)
+        changed = shaping_changes(checkpoint.get("train_config", {}), self.config)
+        if changed and self.dist.main:
+            print(f"note: resuming {path} with other settings (checkpoint vs now): {changed}")
         self.model.load_state_dict(checkpoint["model_state"])
         self.optimizer.load_state_dict(checkpoint["optimizer_state"])
         self.scheduler.load_state_dict(checkpoint["scheduler_state"])
@@ -458,21 +252,6 @@ class Trainer:
         if self.dist.main:
             self._restore_epoch_outputs()
         return True
-
-    def _note_train_config_changes(self, path: Path, recorded: dict) -> None:
-        """Print which settings that shape the trajectory differ from the checkpoint's
-        (a resumed run then differs from an uninterrupted one)."""
-        shaping = (
-            "batch_size", "micro_batch", "span", "lr", "warmup", "schedule", "weight_decay",
-            "grad_clip", "seed", "amp", "teacher", "distill_alpha", "distill_temperature",
-            "select_on", "inner_share",
-        )  # fmt: skip
-        current = asdict(self.config)
-        changed = dict_differences(
-            {k: recorded.get(k) for k in shaping}, {k: current[k] for k in shaping}
-        )
-        if changed and self.dist.main:
-            print(f"note: resuming {path} with other settings (checkpoint vs now): {changed}")
 
     def _restore_epoch_outputs(self) -> None:
         """Redo what a kill right after the epoch checkpoint may have cut short: best.pt
@@ -538,26 +317,9 @@ class Trainer:
         window. The gradient is that of the whole batch; only the working set shrinks
         (on a CPU, 64 windows of 100 stay in cache where 512 do not).
 
-        On a CPU (no --micro-batch) the windows are first sorted by length, longest first,
-        and a new part starts where a window is under half the part's longest, or where
-        the part would pass 64 full windows of positions. The batch, and so the gradient,
-        stays the same; the padding does not: on students with short histories (most
-        ASSISTments students have under 100 responses) a random batch of 64 windows is
-        mostly padding to its one long window."""
-        n = len(batch["valid"])
-        if self.config.micro_batch or self.device.type == "cuda":
-            size = self.config.micro_batch or n
-            groups = [slice(lo, lo + size) for lo in range(0, n, size)]
-        else:
-            length = batch["valid"].sum(1)
-            order = torch.argsort(length, descending=True, stable=True)
-            groups, lo, budget = [], 0, 64 * self.config.window
-            sorted_length = length[order].tolist()
-            for i in range(1, n + 1):
-                longest = sorted_length[lo]
-                if i == n or 2 * sorted_length[i] < longest or (i + 1 - lo) * longest > budget:
-                    groups.append(order[lo:i])
-                    lo = i
+        On a CPU (no --micro-batch) the parts are sorted by length (micro_batch_groups)."""
+        size = self.config.micro_batch or (len(batch["valid"]) if self.device.type == "cuda" else 0)
+        groups = micro_batch_groups(batch["valid"].sum(1), size, 64 * self.model_config.window)
         parts = []
         for index in groups:  # slices, or (CPU path only) index tensors on the batch's device
             part = {name: value[index] for name, value in batch.items()}

@@ -3,21 +3,30 @@ dataset in the competition's formats, and a runner for the numbered scripts."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
-from common.demo import DemoConfig, make_demo
+from common.demo import make_demo
 from common.preprocess import PreprocessConfig, preprocess
+from tests.helpers import run_numbered_script, tiny_demo_config
 
 REPO = Path(__file__).resolve().parents[1]
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one thread per test worker (and per script it launches): workers already use every
+    # core, and a second torch thread per worker only waits for a core
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 INPUT_FILES = ("train.csv", "questions.csv", "lectures.csv")
 # About 49,000 rows: several pyarrow blocks at a 64 KiB block size, a second to preprocess.
-DEMO_CONFIG = DemoConfig(n_users=150, n_questions=300, seed=1)
+# real-length histories (up to 10,000 events): the memory estimate scales this demo up
+DEMO_CONFIG = tiny_demo_config(users=150, seed=1, max_events=10_000)
 
 
 @pytest.fixture(scope="session")
@@ -61,13 +70,9 @@ def demo_output(demo_input: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 @pytest.fixture(scope="session")
 def run_script() -> Callable[..., subprocess.CompletedProcess]:
-    """run_script("01_preprocess.py", *args): run a numbered script with this Python, from
-    the repository root, capturing its output."""
-
-    def run(script: str, *args: object, timeout: float = 300) -> subprocess.CompletedProcess:
-        command = [sys.executable, str(REPO / script), *map(str, args)]
-        return subprocess.run(
-            command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
-        )
-
-    return run
+    """run_script("01_preprocess.py", *args): a numbered script's main(argv), in this
+    process, its output captured (a CompletedProcess: returncode, stdout, stderr; an
+    uncaught exception is returncode 1 with the traceback on stderr, as in a shell).
+    process=True launches it with this Python instead, from the repository root: for the
+    tests where the process boundary is the point (a kill, a shell's view of a refusal)."""
+    return run_numbered_script

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import shutil
+import subprocess
+import sys
+import traceback
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.data import TrainArrays, load_questions, question_parts
+from common.demo import DemoConfig, make_demo
+from common.folds import FoldConfig, make_folds
+from common.layout import DATA_SUBDIR
+from common.model import MODEL_PRESETS, ModelConfig
 from common.preprocess import PreprocessConfig, preprocess
+from common.train_config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -38,14 +50,68 @@ def preprocess_real_rows(tmp: Path, train_file: str, assign_row_ids: bool = Fals
     return output_dir, TrainArrays.load(data_dir), question_parts(load_questions(data_dir))
 
 
-def make_tiny_demo(tmp: Path, users: int = 150, questions: int = 300, seed: int = 0) -> Path:
-    """A small demo dataset through 01 and 02 (user strategy); returns the output dir."""
-    from common.demo import DemoConfig, make_demo
-    from common.folds import FoldConfig, make_folds
+# Tests' demos cap a history at 1,000 events: the simulation steps once per event of the
+# longest history, so the generator's 10,000 (the real data's) costs seconds per demo
+TEST_MAX_EVENTS = 1_000
 
+
+def tiny_demo_config(
+    users: int, questions: int = 300, seed: int = 0, max_events: int = TEST_MAX_EVENTS
+) -> DemoConfig:
+    """The one demo config of the tests (sizes aside)."""
+    return DemoConfig(n_users=users, n_questions=questions, seed=seed, max_events=max_events)
+
+
+def make_tiny_demo(
+    tmp: Path, users: int = 150, questions: int = 300, seed: int = 0, **options: int
+) -> Path:
+    """A small demo dataset through 01 and 02 (user strategy); returns the output dir.
+    options: max_events (see tiny_demo_config)."""
     input_dir = tmp / "input"
-    make_demo(DemoConfig(n_users=users, n_questions=questions, seed=seed), input_dir)
+    make_demo(tiny_demo_config(users, questions, seed, **options), input_dir)
     output_dir = tmp / "output"
     preprocess(PreprocessConfig(input_dir, output_dir, progress=False))
     make_folds(output_dir, FoldConfig(n_folds=5, seed=seed))
     return output_dir
+
+
+MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
+
+
+def train_config(*, layers: int | None = None, heads: int | None = None, preset=None, **values):
+    """TrainConfig from flat keyword arguments as the flags spell them: ModelConfig's
+    fields go to `model`, layers sets both sides, heads is n_heads, preset is --model."""
+    model = {k: values.pop(k) for k in list(values) if k in MODEL_FIELDS}
+    if layers is not None:
+        model |= {"encoder_layers": layers, "decoder_layers": layers}
+    if heads is not None:
+        model["n_heads"] = heads
+    if preset is not None:
+        model["decoder_features"] = MODEL_PRESETS[preset]
+    return TrainConfig(model=ModelConfig(**model), **values)
+
+
+def run_numbered_script(
+    script: str, *args: object, process: bool = False, timeout: float = 300, env=None
+) -> subprocess.CompletedProcess:
+    """The one way tests run a numbered script (see conftest.run_script)."""
+    argv = [str(a) for a in args]
+    if process:
+        command = [sys.executable, str(REPO / script), *argv]
+        return subprocess.run(
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+            check=False,
+        )  # fmt: skip
+    spec = importlib.util.spec_from_file_location(f"script_{script[:2]}", REPO / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = module.main(argv)
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess([script, *argv], code or 0, out.getvalue(), err.getvalue())

@@ -10,15 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.demo import (
-    OUTPUT_FILES,
-    DemoConfig,
-    ItemBank,
-    _Simulation,
-    generate_demo,
-    make_demo,
-    make_item_bank,
-)
+from common.demo import OUTPUT_FILES, DemoConfig, generate_demo, make_demo
+from common.demo_items import ItemBank, make_item_bank
+from common.demo_students import _Simulation
 from common.schema import LECTURES_DTYPES, QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -3,7 +3,6 @@ teacher's loading and compatibility checks, and 03_train.py with --teacher."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import shutil
 from pathlib import Path
@@ -15,7 +14,7 @@ import torch.nn.functional as F
 from common.checkpoint import save_checkpoint
 from common.distill import distillation_loss, load_teacher
 from common.model import SAINT, ModelConfig
-from tests.helpers import make_tiny_demo
+from tests.helpers import make_tiny_demo, train_config
 
 # 2 students x 3 positions; the last position of student 1 is padding, with logits that
 # would dominate every term if they were counted
@@ -250,17 +249,24 @@ def test_train_script_distills_from_a_teacher(tmp_path: Path, run_script) -> Non
 
 def test_trainer_rejects_an_incompatible_teacher(tmp_path: Path) -> None:
     from common.folds import load_fold_data
-    from common.training import TrainConfig, Trainer
+    from common.training import Trainer
 
     output = make_tiny_demo(tmp_path, users=30)
     data = load_fold_data(output, 0)
     teacher_config = small_config(n_questions=data.n_questions, encoder_layers=3)
     teacher = write_teacher(tmp_path / "teacher.pt", teacher_config, data.fingerprint)
-    config = TrainConfig(
+    config = train_config(
         d_model=16, heads=4, layers=1, window=40, teacher=str(teacher), select_on="fold"
     )
     with pytest.raises(ValueError, match="shorter than the student's 40"):
         Trainer(config, output, data, torch.device("cpu"))
     # a deeper teacher sees further back: the student's sequences carry its context
-    trainer = Trainer(dataclasses.replace(config, window=20), output, data, torch.device("cpu"))
+    trainer = Trainer(
+        train_config(
+            d_model=16, heads=4, layers=1, window=20, teacher=str(teacher), select_on="fold"
+        ),
+        output,
+        data,
+        torch.device("cpu"),
+    )
     assert trainer.context == teacher_config.receptive_field == 120 > 2 * 20

@@ -22,11 +22,12 @@ from common.baselines import (
     student_question_blend,
     training_entries,
 )
-from common.data import DATA_SUBDIR, TrainArrays
+from common.data import TrainArrays
 from common.emulator import Emulator
 from common.evaluate import EvaluateConfig, container_sizes, evaluate, selection_note, slice_table
 from common.features import build_sequences
 from common.folds import Fold, FoldConfig, FoldMismatchError, fold_fingerprint, make_folds
+from common.layout import DATA_SUBDIR
 from common.metrics import (
     bootstrap_auc_interval,
     f1_optimal_threshold,
@@ -311,6 +312,7 @@ def tiny_report(tiny_run: Path, demo_input: Path, run_script) -> tuple[Path, str
     return tiny_run, result.stdout
 
 
+@pytest.mark.slow
 def test_report_has_tables_and_headline(tiny_report):
     output_dir, stdout = tiny_report
     report = (output_dir / "report.md").read_text()
@@ -351,6 +353,7 @@ def test_report_has_tables_and_headline(tiny_report):
     assert slices[slices["slice"] == "container size"]["rows"].sum() == model["rows"]
 
 
+@pytest.mark.slow
 def test_report_figures_are_png(tiny_report):
     output_dir, _ = tiny_report
     report = (output_dir / "report.md").read_text()
@@ -362,6 +365,7 @@ def test_report_figures_are_png(tiny_report):
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
+@pytest.mark.slow
 def test_labels_in_predictions_are_checked(tiny_run: Path, tmp_path: Path):
     output_dir = tmp_path / "output"
     shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
@@ -379,6 +383,7 @@ def test_labels_in_predictions_are_checked(tiny_run: Path, tmp_path: Path):
         evaluate(output_dir, tmp_path / "no_input", config)
 
 
+@pytest.mark.slow
 def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
     """Folds made again with another seed: the stream predictions (and the model behind
     them) belong to the old folds, whose training rows the new folds validate on."""

@@ -12,15 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.data import DATA_SUBDIR, TrainArrays, container_starts
-from common.folds import (
-    FOLDS_SUBDIR,
-    STRATEGIES,
-    Fold,
-    FoldConfig,
-    load_fold_config,
-    make_folds,
-)
+from common.data import TrainArrays, container_starts
+from common.folds import STRATEGIES, Fold, FoldConfig, load_fold_config, make_folds
+from common.layout import DATA_SUBDIR, FOLDS_SUBDIR
 
 # One configuration per strategy, sized for the ~49,000-row, 150-student demo.
 CONFIGS = {

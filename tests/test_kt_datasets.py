@@ -14,15 +14,15 @@ import pytest
 
 from common.kt_datasets import (
     INT16_MAX,
-    OUTPUT_FILES,
     PRESETS,
     ConversionConfig,
-    LineInputError,
     convert,
     convert_dataset,
     preset_config,
     response_starts,
 )
+from common.kt_outputs import OUTPUT_FILES
+from common.kt_readers import LineInputError
 from common.schema import QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES, InputError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ import torch
 from common.evaluate import EvaluateConfig, evaluate
 from common.folds import load_fold_data
 from common.inference import InferConfig, run_emulated
-from common.training import TrainConfig, Trainer
-from tests.helpers import make_tiny_demo
+from common.training import Trainer
+from tests.helpers import make_tiny_demo, train_config
 
 
 @pytest.fixture(autouse=True)
@@ -28,10 +28,11 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_a_trained_model_streams_above_the_question_rate(tmp_path: Path) -> None:
-    output = make_tiny_demo(tmp_path, users=150, questions=100)
-    config = TrainConfig(
-        model="saint", d_model=32, heads=4, layers=1, window=24, dropout=0.0, batch_size=16,
+    output = make_tiny_demo(tmp_path, users=150, questions=100, max_events=10_000)
+    config = train_config(
+        preset="saint", d_model=32, heads=4, layers=1, window=24, dropout=0.0, batch_size=16,
         lr=5e-3, schedule="cosine", warmup=10, epochs=2, progress=False,
     )  # fmt: skip
     data = load_fold_data(output, 0, config.inner_share, config.seed)

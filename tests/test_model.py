@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from common.attention import Rotary, attention_mask
 from common.features import FlatSource, build_sequences, step_inputs, window_inputs
-from common.model import SAINT, ModelConfig, Rotary, attention_mask
+from common.model import SAINT, ModelConfig
 from common.predict import plan_student, to_tensors
 from tests.helpers import preprocess_real_rows
 

@@ -29,17 +29,19 @@ import pytest
 import torch
 
 from common.checkpoint import CheckpointError, save_checkpoint, state_digest
-from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.data import TrainArrays, load_questions, question_parts
 from common.emulator import Emulator, EmulatorConfig, stream_frame
 from common.evaluate import EvaluateConfig, evaluate
 from common.files import remove_stale_temp_files
-from common.folds import FOLDS_SUBDIR, Fold, FoldConfig, load_fold_data, make_folds
+from common.folds import Fold, FoldConfig, load_fold_data, make_folds
 from common.inference import stream_loop, write_outputs
+from common.layout import DATA_SUBDIR, FOLDS_SUBDIR
+from common.memory import check_memory, estimate_peak_memory
 from common.model import SAINT, ModelConfig
 from common.online import OnlineState, Snapshot, StateMemoryError, build_snapshot
-from common.preprocess import PreprocessConfig, check_memory, estimate_peak_memory, preprocess
-from common.training import TrainConfig, Trainer
-from tests.helpers import REPO, make_tiny_demo
+from common.preprocess import PreprocessConfig, preprocess
+from common.training import Trainer
+from tests.helpers import REPO, make_tiny_demo, run_numbered_script, train_config
 
 CPU = torch.device("cpu")
 # One thread: the same seed then gives bit-identical weights whatever the machine's load.
@@ -88,18 +90,18 @@ def fresh_run(demo: Path, dest: Path, fold_dir: Path | None = None) -> Path:
     return dest
 
 
-def run(script: str, *args: object, timeout: float = 300) -> subprocess.CompletedProcess:
-    command = [sys.executable, script, *map(str, args)]
-    return subprocess.run(
-        command, cwd=REPO, env=CPU_ENV, capture_output=True, text=True, timeout=timeout
-    )
+def run(script: str, *args: object, process: bool = False) -> subprocess.CompletedProcess:
+    """A numbered script in this process (one torch thread: see one_torch_thread), or in
+    its own process with one thread where the process boundary is the point."""
+    return run_numbered_script(script, *args, process=process, env=CPU_ENV)
 
 
 @pytest.fixture(scope="module")
 def trained(demo, tmp_path_factory) -> Path:
-    """An uninterrupted 3-epoch training run of fold 0 (03_train.py)."""
+    """An uninterrupted 3-epoch training run of fold 0 (03_train.py), in a process of its
+    own: the reference that killed and resumed processes must reproduce bit for bit."""
     out = fresh_run(demo, tmp_path_factory.mktemp("trained") / "run")
-    done = run("03_train.py", "--output-dir", out, *TRAIN_FLAGS)
+    done = run("03_train.py", "--output-dir", out, *TRAIN_FLAGS, process=True)
     assert done.returncode == 0, done.stdout + done.stderr
     return out
 
@@ -176,7 +178,7 @@ def interrupted(demo, tmp_path_factory) -> dict:
         "files": sorted(p.name for p in fold_dir.iterdir()),
         "epoch_01": (fold_dir / "epoch_01.pt").read_bytes(),
     }
-    resumed = run("03_train.py", "--output-dir", out, *TRAIN_FLAGS, "--resume")
+    resumed = run("03_train.py", "--output-dir", out, *TRAIN_FLAGS, "--resume", process=True)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     return {"out": out, "left": left, "stdout": resumed.stdout}
 
@@ -214,6 +216,7 @@ def test_same_seed_same_weights(interrupted, trained):
     assert_same_weights(copy, trained / "fold0" / "epoch_01.pt")
 
 
+@pytest.mark.slow
 def test_resume_restores_what_a_kill_after_the_checkpoint_cut_short(demo, trained, tmp_path):
     """Killed between epoch_02.pt and the files written after it: resume rewrites best.pt
     and history.csv from the checkpoint, and removes the dead process's temp files."""
@@ -225,7 +228,7 @@ def test_resume_restores_what_a_kill_after_the_checkpoint_cut_short(demo, traine
     shutil.copyfile(trained / "fold0" / "epoch_01.pt", fold_dir / "best.pt")
     stale = fold_dir / ".epoch_03.pt.tmp-4194305"  # a pid above Linux's largest pid_max
     stale.write_bytes(b"half a checkpoint")
-    config = TrainConfig(
+    config = train_config(
         d_model=16, heads=2, layers=1, window=20, epochs=2, progress=False, device="cpu"
     )
     trainer = Trainer(config, out, load_fold_data(out, 0, config.inner_share), CPU)
@@ -277,7 +280,7 @@ def test_resume_refuses_a_bad_checkpoint_by_name(case, demo, trained, tmp_path):
         shutil.copyfile(trained / "fold0" / name, out / "fold0" / name)
     case.change(out / "fold0")
     fields = dict(d_model=16, heads=2, layers=1, window=20, progress=False, device="cpu")
-    config = TrainConfig(**(fields | case.config))
+    config = train_config(**(fields | case.config))
     trainer = Trainer(config, out, load_fold_data(out, 0, config.inner_share), CPU)
     with pytest.raises(CheckpointError) as error:
         trainer.resume()
@@ -536,10 +539,11 @@ def test_infer_refuses_bad_input(case, demo, trained, tmp_path, monkeypatch, cap
     assert sorted(p.name for p in (out / "fold0").iterdir()) == before, "something was written"
 
 
+@pytest.mark.slow
 def test_infer_refusal_from_the_shell_has_no_traceback(demo, trained, tmp_path):
     out = fresh_run(demo, tmp_path / "run", trained / "fold0")
     truncate(out / "fold0" / "best.pt")
-    done = run("04_infer.py", "--output-dir", out, "--no-progress", "--no-export")
+    done = run("04_infer.py", "--output-dir", out, "--no-progress", "--no-export", process=True)
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
     assert "Traceback" not in done.stderr

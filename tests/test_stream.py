@@ -5,6 +5,7 @@ Kaggle bundle running on its own."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -19,18 +20,19 @@ import torch
 
 from common import online
 from common.checkpoint import save_checkpoint
-from common.data import DATA_SUBDIR, TrainArrays, load_questions, question_parts
+from common.data import TrainArrays, load_questions, question_parts
 from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
 from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
 from common.folds import Fold, FoldConfig, load_fold_data, make_folds
 from common.inference import export_kaggle, stream_loop
+from common.layout import DATA_SUBDIR
 from common.model import SAINT, ModelConfig
 from common.online import CachePool, OnlineState, Snapshot, build_snapshot
 from common.predict import predict_tails, to_tensors
 from common.schema import TEST_COLUMNS
 from common.tags import install_tags, tag_shape
-from common.training import TrainConfig, Trainer
-from tests.helpers import REPO, make_tiny_demo, preprocess_real_rows, shared_file
+from common.training import Trainer
+from tests.helpers import REPO, make_tiny_demo, preprocess_real_rows, shared_file, train_config
 
 CPU = torch.device("cpu")
 
@@ -100,7 +102,9 @@ def test_lectures_are_served_but_not_predicted(tmp_path):
     env = Emulator(frame, EmulatorConfig(seed=3, max_group_students=50))
     lectures = 0
     previous_rows = None
-    for test_df, sample in env.iter_test():
+    # the first 1,500 of the stream's ~8,500 groups (a group holds at most one container
+    # per student: most are small) meet every rule checked here, lectures included
+    for test_df, sample in itertools.islice(env.iter_test(), 1500):
         lecture = test_df["content_type_id"].to_numpy() == 1
         lectures += int(lecture.sum())
         assert set(sample["row_id"]) == set(test_df["row_id"][~lecture])
@@ -253,7 +257,7 @@ def test_training_computes_what_the_stream_predicts(demo_dir, tmp_path):
     beginning, behind their context, included). A state that starts `window` questions
     back, as the stream's did before, gives other predictions: the check can fail."""
     data = load_fold_data(demo_dir, 0)
-    config = TrainConfig(
+    config = train_config(
         d_model=32, heads=4, layers=2, window=12, dropout=0.0, span=30, select_on="fold",
         decoder_features=("elapsed", "lag", "explanation", "answer", "question"),
     )  # fmt: skip
@@ -319,6 +323,7 @@ def test_training_computes_what_the_stream_predicts(demo_dir, tmp_path):
     assert behind_context > 50
 
 
+@pytest.mark.slow
 def test_nothing_after_a_group_changes_its_predictions(demo_dir):
     data = load_fold_data(demo_dir, 0)
     model = random_model(data.n_questions)
@@ -362,6 +367,7 @@ def round_robin_stream(output_dir: Path) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_cache_eviction_is_bounded_and_exact(demo_dir):
     """A student whose cache was evicted is built again from their ring (the receptive
     field's questions), which gives the very predictions of a pool that never evicts."""

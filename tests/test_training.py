@@ -16,8 +16,9 @@ from common.checkpoint import load_model, save_checkpoint
 from common.features import window_inputs
 from common.folds import load_fold_data
 from common.predict import to_tensors
-from common.training import TrainConfig, Trainer, batch_bounds, epoch_spans
-from tests.helpers import REPO, make_tiny_demo
+from common.train_plan import batch_bounds, epoch_spans
+from common.training import Trainer
+from tests.helpers import REPO, make_tiny_demo, run_numbered_script, train_config
 
 TINY = [
     "--batch-size", "32", "--warmup", "10", "--d-model", "16", "--heads", "2",
@@ -40,10 +41,13 @@ def fresh_run(demo: Path, tmp: Path) -> Path:
 
 
 def train(output_dir: Path, *flags: str, launcher: list[str] | None = None) -> str:
-    command = [*(launcher or [sys.executable]), "03_train.py", "--output-dir", str(output_dir)]
-    done = subprocess.run(
-        command + TINY + list(flags), cwd=REPO, capture_output=True, text=True, timeout=600
-    )
+    """03_train.py in this process, or under `launcher` (torchrun) in its own."""
+    args = ["--output-dir", str(output_dir), *TINY, *flags]
+    if launcher is None:
+        done = run_numbered_script("03_train.py", *args)
+    else:
+        command = [*launcher, "03_train.py", *args]
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -136,7 +140,7 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
     spans = epoch_spans(data.train_length, 30, 20, np.random.default_rng(0))
     weights = []
     for micro in (48, 7, 0):  # 0: the CPU default, parts of similar-length windows
-        config = TrainConfig(
+        config = train_config(
             d_model=16,
             heads=2,
             layers=1,

@@ -1,0 +1,281 @@
+"""What the benchmark scripts share: the repository's places, the machine, the numbered
+scripts run as subprocesses, demo data, peak RSS of a child, and each script's one results
+file, bench/results/<name>.txt, written atomically with repository-relative paths.
+
+The scripts import this module as `benchlib` (a script's own folder is on sys.path) and
+the project as `common` (installed by scripts/setup_env.sh with `pip install -e .`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+
+from common.files import cpu_model, write_text
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+WORK = REPO / "bench" / "out"  # git-ignored
+SHARED_DATA = REPO.parent / "shared" / "data"
+GB = 1e9
+
+# (folder, what it is shown as, what a path below it starts with): the repository's own
+# paths are shown relative to its root
+_PLACES = (
+    (REPO, ".", ""),
+    (REPO.parent, "..", "../"),
+    (Path.home(), "~", "~/"),
+    (Path(tempfile.gettempdir()), "<tmp>", "<tmp>/"),
+)
+
+
+def relative(text: object) -> str:
+    """`text` with no machine paths: the repository's root is '.' (paths below it are
+    relative to it), its parent '..', the home folder '~' and the temp folder '<tmp>'."""
+    text = str(text)
+    for folder, bare, prefix in _PLACES:
+        if len(folder.parts) > 1:  # never the root folder itself
+            pattern = re.escape(str(folder)) + r"(/|(?![\w.-]))"
+            text = re.sub(pattern, lambda m, b=bare, p=prefix: p if m[1] else b, text)
+    return text
+
+
+# ---------------------------------------------------------------------------------------
+# the machine
+
+
+def version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def memory_total_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024 / GB
+    except OSError:
+        pass
+    return float("nan")
+
+
+def load_average() -> str:
+    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def machine(*packages: str) -> str:
+    """CPU, cores, memory and the versions of Python and `packages` (default: torch)."""
+    usable = len(os.sched_getaffinity(0))
+    software = [f"Python {platform.python_version()}"]
+    software += [f"{p} {version(p)}" for p in packages or ("torch",)]
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores ({usable} usable), "
+        f"{memory_total_gb():.1f} GB; {', '.join(software)}"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# the results file
+
+
+class Report:
+    """print() that keeps what it prints, machine paths made relative, for the script's
+    results file (bench/results/<name>.txt unless another path is given)."""
+
+    def __init__(self, name: str, path: Path | None = None) -> None:
+        self.path = RESULTS / f"{name}.txt" if path is None else path
+        self.lines: list[str] = []
+
+    def __call__(self, *parts: object) -> None:
+        line = relative(" ".join(map(str, parts)))
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def header(self, title: str, *packages: str) -> None:
+        """The title, date, machine, command and load average."""
+        self(title)
+        self(f"date        {time.strftime('%Y-%m-%d %H:%M:%S %z')}")
+        self(f"machine     {machine(*packages)}")
+        self(f"command     {shown([sys.executable, *sys.argv])}")
+        self(f"load avg    {load_average()} (1, 5, 15 min) at start")
+        self()
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+    def write(self) -> Path:
+        write_text(self.path, self.text())
+        print(f"wrote {relative(self.path)}", flush=True)
+        return self.path
+
+
+def results_flag(parser: argparse.ArgumentParser, name: str) -> None:
+    """--results: where the script keeps what it printed."""
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS / f"{name}.txt",
+        help=f"the output kept (default: bench/results/{name}.txt)",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# subprocesses
+
+
+def script(name: str, *args: object, code: Path = REPO) -> list[str]:
+    """The command that runs the numbered script `name` of the checkout `code`."""
+    return [sys.executable, str(code / name), *map(str, args)]
+
+
+def flags(**named: object) -> list[str]:
+    """Command-line flags from keywords: output_dir=x gives `--output-dir x`, True a bare
+    switch, False and None nothing."""
+    out = []
+    for name, value in named.items():
+        if value is not None and value is not False:
+            out += ["--" + name.replace("_", "-")] + ([] if value is True else [str(value)])
+    return out
+
+
+def shown(command: list[str]) -> str:
+    """A command as printed: this Python as `python`, no machine paths."""
+    if command[0] == sys.executable:
+        command = ["python", *command[1:]]
+    return relative(shlex.join(map(str, command)))
+
+
+def run(
+    command: list[str],
+    log: Path | None = None,
+    *,
+    label: str | None = None,
+    cwd: Path = REPO,
+    env: dict | None = None,
+    append: bool = False,
+    say=print,
+) -> float:
+    """Run `command` from `cwd` (printed through `say` as `$ command`, or `  label:
+    command` and its time), its output to `log` (appended with `append`) or to this
+    process's. Returns its wall time in seconds; raises with the log's tail on failure."""
+    say(f"  {label}: {shown(command)}" if label else f"$ {shown(command)}")
+    begin = time.perf_counter()
+    if log is None:
+        done = subprocess.run(command, cwd=cwd, env=env, check=False)
+    else:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a" if append else "w") as out:
+            done = subprocess.run(
+                command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+            )
+    seconds = time.perf_counter() - begin
+    if done.returncode != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-30:]) if log else ""
+        where = f"; {relative(log)}" if log else ""
+        raise RuntimeError(f"{shown(command)} failed (exit {done.returncode}){where}:\n{tail}")
+    if label:
+        say(f"  {label}: done in {seconds:.1f} s")
+    return seconds
+
+
+@contextmanager
+def file_lock(path: Path):
+    """An exclusive flock on `path` (made if missing) while the block runs: jobs that
+    share the file take turns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# Peak RSS comes from a small launcher between this process and the child: Linux carries
+# the exec-ing process's high-water mark into the child's ru_maxrss, and this process holds
+# far more than the launcher does. /usr/bin/time is that launcher where it exists; else a
+# bare Python that reads the child's rusage with os.wait4. Both write KiB to a file.
+TIME = Path("/usr/bin/time")
+WAIT4_LAUNCHER = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[2:])\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "open(sys.argv[1], 'w').write(f'{usage.ru_maxrss}\\n')\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+RSS_SOURCE = f"{TIME} -f %M" if TIME.exists() else "a Python launcher's os.wait4"
+
+
+def with_peak_rss(command: list[str], rss_file: Path) -> list[str]:
+    """`command` behind the launcher that writes its peak RSS to `rss_file`."""
+    if TIME.exists():
+        return [str(TIME), "-f", "%M", "-o", str(rss_file), *command]
+    return [sys.executable, "-c", WAIT4_LAUNCHER, str(rss_file), *command]
+
+
+def peak_rss_bytes(rss_file: Path) -> int:
+    return int(rss_file.read_text().split()[-1]) * 1024  # KiB on Linux
+
+
+# ---------------------------------------------------------------------------------------
+# data
+
+
+def link_data(out: Path, prep: Path, names: tuple[str, ...] = ("data", "folds")) -> Path:
+    """`out` (made if missing) with data/ and folds/ linked (relative links) to those of
+    the output dir `prep`: 03 and 04 run in `out` on shared preprocessing and folds."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        link = out / name
+        if not link.is_symlink() and not link.exists():
+            target = os.path.relpath(prep.resolve() / name, out.resolve())
+            link.symlink_to(target, target_is_directory=True)
+    return out
+
+
+def make_demo_input(folder: Path, users: int, seed: int, log: Path | None = None, say=print):
+    """00_make_demo_input.py's demo of `users` students in `folder`, unless a demo of that
+    size and seed is there."""
+    record = folder / "demo_run.json"
+    if record.exists() and (folder / "train.csv").exists():
+        config = json.loads(record.read_text())["config"]
+        if (config["n_users"], config["seed"]) == (users, seed):
+            say(f"reusing {relative(folder)} ({users:,} students, seed {seed})")
+            return
+    demo = script("00_make_demo_input.py", "--users", users, "--seed", seed, "--output-dir", folder)
+    run(demo, log, say=say)
+
+
+def make_demo(
+    input_dir: Path,
+    prep_dir: Path,
+    users: int,
+    seed: int,
+    fold_flags: tuple[str, ...] = (),
+    logs: Path | None = None,
+    say=print,
+) -> Path:
+    """A demo of `users` students in `input_dir`, preprocessed (01) and split (02 with
+    `fold_flags`) into `prep_dir`, each step's output in logs/0N.log (or printed); nothing
+    is done when the folds are there. Returns `prep_dir`."""
+    if not (prep_dir / "folds" / "fold0.npz").exists():
+        log = (lambda n: logs / f"{n}.log") if logs else (lambda n: None)
+        make_demo_input(input_dir, users, seed, log("00"), say)
+        flags = ("--input-dir", input_dir, "--output-dir", prep_dir, "--no-progress")
+        run(script("01_preprocess.py", *flags), log("01"), say=say)
+        run(script("02_make_folds.py", "--output-dir", prep_dir, *fold_flags), log("02"), say=say)
+    return prep_dir

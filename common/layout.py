@@ -1,0 +1,45 @@
+"""The output folder's layout, the one place its names are spelled:
+
+<output>/data/               stage 1: arrays/, questions.parquet, lectures.parquet, ...
+<output>/folds/              stage 2: fold{k}.npz and the fold manifest
+<output>/fold{k}/            stages 3 and 4: checkpoints, history.csv, stream predictions
+<output>/report.md, report/  stage 5: the report and its figures
+<bundle>/state/, code/       the Kaggle bundle 04 writes (see common/inference.py)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA_SUBDIR = "data"
+ARRAYS_SUBDIR = "arrays"  # inside data/
+FOLDS_SUBDIR = "folds"
+REPORT_SUBDIR = "report"
+STATE_SUBDIR = "state"  # the bundle's online state: snapshot.npz, questions.parquet
+CODE_SUBDIR = "code"  # the bundle's copy of the package and 04_infer.py
+
+
+def data_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / DATA_SUBDIR
+
+
+def folds_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / FOLDS_SUBDIR
+
+
+def fold_file(output_dir: str | Path, fold: int) -> Path:
+    """Stage 2's definition of fold `fold` (which rows validate, which students are new)."""
+    return folds_dir(output_dir) / f"fold{fold}.npz"
+
+
+def fold_dir(output_dir: str | Path, fold: int) -> Path:
+    """Where stages 3 and 4 write for fold `fold`."""
+    return Path(output_dir) / f"fold{fold}"
+
+
+def report_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / REPORT_SUBDIR
+
+
+def state_dir(bundle: str | Path) -> Path:
+    return Path(bundle) / STATE_SUBDIR
