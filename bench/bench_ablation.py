@@ -11,7 +11,8 @@ over epochs), streaming rows/s, and the per-student cache size.
     python bench/bench_ablation.py            # prepares output/demo if needed
     python bench/bench_ablation.py --restream # trained variants: stream them again only
 
-The section (also in BENCHMARKS.md) and the commands go to bench/results/ablation.txt.
+The section (command, data, the table and the distillation summary) goes to
+bench/results/ablation.txt; the 03/04 commands it runs are printed.
 """
 
 from __future__ import annotations
@@ -26,13 +27,11 @@ import numpy as np
 import pandas as pd
 import torch
 from benchlib import (
-    REPO,
     WORK,
     Report,
     link_data,
     machine,
     make_demo,
-    relative,
     results_flag,
     run,
     script,
@@ -42,7 +41,6 @@ from sklearn.metrics import roc_auc_score
 
 from common.baselines import BaselineConfig, baseline_scores
 from common.data import TrainArrays
-from common.files import write_marked_section
 from common.folds import Fold, load_fold_data
 from common.layout import DATA_SUBDIR
 from common.tables import markdown_table
@@ -181,7 +179,6 @@ def main() -> int:
         default=0.1,
         help="share of the demo's rows (by virtual time) in the Kaggle-like speed stream",
     )
-    parser.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
     results_flag(parser, "ablation")
     args = parser.parse_args()
     say = Report("ablation", args.results)
@@ -270,8 +267,6 @@ def main() -> int:
     text = "\n".join(lines)
     say()
     say(text.rstrip("\n"))
-    write_marked_section(args.benchmarks_file, "ablation", text)
-    print(f"wrote the table into {relative(args.benchmarks_file)}")
     say.write()
     return 0
 

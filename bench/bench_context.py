@@ -37,12 +37,11 @@ from sklearn.metrics import roc_auc_score
 
 from common.checkpoint import load_model
 from common.features import window_inputs
-from common.files import write_json, write_marked_section
+from common.files import write_json
 from common.folds import FoldData, load_fold_data
 from common.predict import to_tensors
 from common.tables import markdown_table
 
-MARKER = "context-benchmark"
 WINDOWS = {32: ("--d-model", "32"), 100: ("--d-model", "64")}
 COMMON = ("--layers", "2", "--heads", "4", "--dropout", "0.1", "--patience", "100")
 # versions: the code they run and their extra 03 flags. "after" trains on every training
@@ -294,7 +293,6 @@ def main() -> int:
     p.add_argument("--versions", default=",".join(VERSIONS))
     p.add_argument("--work-dir", type=Path, default=WORK / "context")
     p.add_argument("--shared-data", type=Path, default=SHARED_DATA)
-    p.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
     results_flag(p, "context")
     args = p.parse_args()
     say = Report("context", args.results)
@@ -319,8 +317,6 @@ def main() -> int:
     text = section(results, args)
     say()
     say(text.rstrip("\n"))
-    if {"before", "after"} <= set(args.versions.split(",")):
-        write_marked_section(args.benchmarks_file, MARKER, text)
     say.write()
     return 0
 

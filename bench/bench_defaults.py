@@ -3,7 +3,7 @@ the README's small-data recipe, on the same fold of a 3,000-student demo, as a n
 would run them (00 -> 01 -> 02 with their defaults, 03, 04 on best.pt chosen on the inner
 split). Target: the defaults within 0.01 streamed AUC of the recipe.
 
-    python bench/bench_defaults.py      # the section also goes to bench/results/defaults.txt
+    python bench/bench_defaults.py      # output: bench/results/defaults.txt
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from benchlib import REPO, WORK, Report, link_data, machine, make_demo, results_flag, run, script
+from benchlib import WORK, Report, link_data, machine, make_demo, results_flag, run, script
 
-from common.files import write_marked_section
 from common.tables import markdown_table
 
-MARKER = "defaults-benchmark"
 # the README's recipe for small data sets (run_demo.sh's 03 flags)
 RECIPE = (
     "--model", "saint+", "--d-model", "64", "--layers", "2", "--heads", "4", "--window",
@@ -64,7 +62,6 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--users", type=int, default=3000)
     p.add_argument("--work-dir", type=Path, default=WORK / "defaults")
-    p.add_argument("--benchmarks-file", type=Path, default=REPO / "BENCHMARKS.md")
     results_flag(p, "defaults")
     args = p.parse_args()
     say = Report("defaults", args.results)
@@ -92,7 +89,6 @@ def main() -> int:
     )
     say()
     say(text.rstrip("\n"))
-    write_marked_section(args.benchmarks_file, MARKER, text)
     say.write()
     return 0
 

@@ -1,12 +1,12 @@
 """Public knowledge-tracing benchmark: SAINT and SAINT+ on ASSISTments 2009 (AKT's
 problem-level files and 5 user folds) and ASSISTments 2015 (DKVMN's files), run through
-the project's own scripts 00 -> 05 as subprocesses, with a table written into
-BENCHMARKS.md beside the published AUCs of bench/published_kt_results.csv.
+the project's own scripts 00 -> 05 as subprocesses, with a table written to
+bench/results/kt.txt beside the published AUCs of bench/published_kt_results.csv.
 
     python bench/bench_kt.py            # full run: 2 datasets x 5 folds x SAINT, SAINT+
     python bench/bench_kt.py --slice 60 --folds 0 --epochs 1 --d-model 16 --heads 2  # smoke
     python bench/bench_kt.py --models saint-tags saint-interaction   # extensions (MODEL_FLAGS)
-    python bench/bench_kt.py --table-only   # rewrite the table from finished folds only
+    python bench/bench_kt.py --table-only   # rewrite kt.txt's table from finished folds
 
 Per dataset: 00_convert_kt_dataset.py (--multi-skill-rows keep: the rows AKT trains and
 scores on), optionally a slice of --slice students, 01_preprocess.py, 02_make_folds.py
@@ -16,9 +16,10 @@ unseen, 5 random folds of wholly new students, because DKVMN ships one train/tes
 03_train.py with the stated config, 04_infer.py --no-export (the fold's students streamed
 through the API emulator), 05_evaluate.py --folds k (AUC, accuracy at 0.5 and the two
 baselines). Every fold's numbers and commands go to <work-dir>/.../results/fold{k}.json;
-a fold whose file exists is skipped (restartable) unless --force. The section it writes
-into BENCHMARKS.md is kept in bench/results/kt.txt too (not by --slice runs, unless
---results names a file).
+a fold whose file exists is skipped (restartable) unless --force. The section (config,
+table, published AUCs, protocol notes, one fold's commands) is printed at the end and
+written to --results, bench/results/kt.txt by default, after every fold and at the end
+(no file for a --slice run unless --results names one).
 
 The model is scored from the last epoch's checkpoint (--checkpoint last) with early stopping
 off, trained on all of the fold's training students (03 --select-on fold, whose best.pt
@@ -52,7 +53,7 @@ import pandas as pd
 from benchlib import file_lock, flags, link_data, relative, run, script
 
 from common.cli import config_from_args, to_argv
-from common.files import write_json, write_marked_section, write_text
+from common.files import write_json, write_text
 from common.kt_datasets import MULTI_SKILL_MODES, PRESETS
 from common.train_config import TrainConfig, add_train_flags
 
@@ -84,9 +85,6 @@ MODEL_NAMES = {
     "saint-rasch-encoder": "SAINT + Rasch skill embeddings (encoder)",
     "saint-rasch": "SAINT + Rasch skill embeddings (encoder and decoder)",
 }  # fmt: skip
-MARKER = "kt-benchmark"
-MARK_START = f"<!-- {MARKER}:start -->"
-MARK_END = f"<!-- {MARKER}:end -->"
 SLICE_SEED = 0
 # the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine
 # with a short warm-up, as 03's Noam default would never end warm-up here (79 steps per
@@ -356,17 +354,18 @@ def render_section(ctx: Context, plans: list[DatasetPlan]) -> str:
     return kt_report.render_section(ctx, finished_by_plan(ctx, plans))
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of BENCHMARKS.md (between its markers)."""
-    write_marked_section(path, MARKER, section)
+def write_results(ctx: Context, section: str) -> None:
+    """The section, machine paths made relative, to --results (nothing without one)."""
+    if ctx.args.results:
+        write_text(ctx.args.results, relative(section))
 
 
 # ---------------------------------------------------------------------------------------
 
 
 TABLE_ONLY = (
-    "run nothing: rewrite the table from the folds already finished in --work-dir (every "
-    "model of MODEL_FLAGS with results under this config)"
+    "run nothing: rewrite the section of --results from the folds already finished in "
+    "--work-dir (every model of MODEL_FLAGS with results under this config)"
 )
 
 
@@ -391,13 +390,12 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--train-extra", default="", help="further 03_train.py flags, one string")
     p.add_argument("--bootstrap", type=int, default=200, help="resamples of the pooled 05 run")
     p.add_argument("--work-dir", type=Path, default=benchlib.WORK / "kt")
-    p.add_argument("--benchmarks-file", type=Path, default=benchlib.REPO / "BENCHMARKS.md")
     p.add_argument(
         "--published", type=Path, default=benchlib.REPO / "bench" / "published_kt_results.csv"
     )
     p.add_argument("--source-root", type=Path, default=benchlib.SHARED_DATA)
     kept = "bench/results/kt.txt; none for a --slice run"
-    p.add_argument("--results", type=Path, help=f"where the section is also kept (default {kept})")
+    p.add_argument("--results", type=Path, help=f"where the section is written (default {kept})")
     p.add_argument("--force", action="store_true", help="redo finished steps and folds")
     p.add_argument("--table-only", action="store_true", help=TABLE_ONLY)
     args = p.parse_args(argv)
@@ -417,7 +415,6 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     ctx, plans, table_plans, models, folds = parse_args(argv)
-    benchmarks = ctx.args.benchmarks_file
     for plan in [] if ctx.args.table_only else plans:
         print(f"{plan.preset} ({plan.split}): preparing {relative(ctx.dataset_dir(plan))}")
         prep_dir = prepare_dataset(ctx, plan)
@@ -429,17 +426,16 @@ def main(argv: list[str] | None = None) -> int:
             for model in models:
                 print(f"{plan.preset} fold {k} {model} ({model_dirs[model].name})", flush=True)
                 run_fold(ctx, plan, model, model_dirs[model], k)
-                write_section(benchmarks, render_section(ctx, table_plans))
+                write_results(ctx, render_section(ctx, table_plans))
         for model in models:
             finished = [r["fold"] for r in kt_report.finished_results(model_dirs[model])]
             if finished:
                 pooled_report(ctx, plan, model_dirs[model], finished)
-    section = render_section(ctx, table_plans)
-    write_section(benchmarks, section)
-    print(f"wrote the table into {relative(benchmarks)}")
+    section = relative(render_section(ctx, table_plans))
+    print(section, flush=True)
+    write_results(ctx, section)
     if ctx.args.results:
-        write_text(ctx.args.results, relative(section))
-        print(f"kept it in {relative(ctx.args.results)}")
+        print(f"wrote {relative(ctx.args.results)}")
     return 0
 
 

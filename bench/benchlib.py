@@ -47,7 +47,8 @@ def relative(text: object) -> str:
     text = str(text)
     for folder, bare, prefix in _PLACES:
         if len(folder.parts) > 1:  # never the root folder itself
-            pattern = re.escape(str(folder)) + r"(/|(?![\w.-]))"
+            # a whole path only: not the tail of a longer one (a temp dir's .../work/x)
+            pattern = r"(?<![\w./-])" + re.escape(str(folder)) + r"(/|(?![\w.-]))"
             text = re.sub(pattern, lambda m, b=bare, p=prefix: p if m[1] else b, text)
     return text
 

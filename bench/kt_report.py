@@ -1,5 +1,5 @@
 """bench/bench_kt.py's results: each fold's scores read back from 05_evaluate.py, and the
-section it writes into BENCHMARKS.md (and bench/results/kt.txt): the config and machine,
+section it writes to bench/results/kt.txt (or its --results): the config and machine,
 the table of finished folds (AUC and accuracy, mean ± std over folds, with 05's
 baselines), the published AUCs of bench/published_kt_results.csv with their protocols,
 the protocol notes, and the commands of one fold."""

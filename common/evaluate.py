@@ -19,8 +19,6 @@ Outputs:
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,24 +27,25 @@ import numpy as np
 import pandas as pd
 
 from common import metrics, plots
-from common.baselines import BASELINE_NAMES, BaselineConfig, baseline_scores
+from common.baselines import BASELINE_NAMES, BaselineConfig
 from common.cli import option, progress_option
 from common.dataset import Dataset
-from common.features import QuestionSequences
 from common.files import atomic_file, write_json, write_run_record, write_text
-from common.folds import Fold, FoldMismatchError, check_fold_fingerprint
-from common.layout import REPORT_SUBDIR, fold_dir
+from common.layout import REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
-from common.schema import QUESTION
+from common.scored_rows import (
+    MODEL,
+    ORACLE,
+    add_oracle,
+    discover_folds,
+    load_fold_rows,
+    selection_note,
+    stream_summary,
+)
 from common.tables import markdown_table
 
-PREDICTIONS_FILE = "stream_predictions.parquet"
-SUMMARY_FILE = "stream_summary.json"  # 04's run summary: checkpoint, selection, fold
 TRUTH_FILE = "demo_truth.csv"
-MODEL = "model"
-ORACLE = "oracle"
 POOLED = "pooled"
-PREDICTION_COLUMNS = ("row_id", "global_row", "content_id", "answered_correctly", "prediction")
 
 # Slice buckets: (label, lowest value, highest value) inclusive.
 HISTORY_BUCKETS = (
@@ -70,153 +69,6 @@ class EvaluateConfig:
     # a bar over bootstrap resamples (minutes on millions of rows)
     progress: bool = progress_option()
     baselines: BaselineConfig = field(default_factory=BaselineConfig)
-
-
-# ---------------------------------------------------------------------------------------
-# loading and checking the streamed rows
-
-
-def discover_folds(output_dir: Path) -> list[int]:
-    """Fold indices k with output_dir/fold{k}/stream_predictions.parquet, ascending."""
-    found = []
-    for path in output_dir.glob(f"fold*/{PREDICTIONS_FILE}"):
-        match = re.fullmatch(r"fold(\d+)", path.parent.name)
-        if match:
-            found.append(int(match.group(1)))
-    return sorted(found)
-
-
-def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.ndarray:
-    """Number of questions in the task container of each flat entry."""
-    n = len(sequences.row)
-    opens = np.ones(n, dtype=bool)
-    opens[1:] = sequences.container_first[1:] != sequences.container_first[:-1]
-    opens[sequences.offsets[:-1][sequences.offsets[:-1] < n]] = True
-    starts = np.flatnonzero(opens)
-    ends = np.append(starts[1:], n)
-    which = np.searchsorted(starts, entries, side="right") - 1
-    return ends[which] - starts[which]
-
-
-def load_fold_rows(
-    output_dir: Path, fold_index: int, data: Dataset, config: EvaluateConfig
-) -> pd.DataFrame:
-    """One fold's streamed question rows with labels from the data arrays, the slice
-    keys and both baselines. Raises if the predictions file does not match the fold."""
-    path = fold_dir(output_dir, fold_index) / PREDICTIONS_FILE
-    summary = stream_summary(output_dir, fold_index)
-    check_fold_fingerprint(summary.get("fold_fingerprint"), output_dir, fold_index, str(path))
-    predictions = pd.read_parquet(path)
-    missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
-    if missing:
-        raise ValueError(f"{path}: columns {missing} missing; found {list(predictions.columns)}")
-    fold = Fold.load(output_dir, fold_index)
-    arrays, sequences = data.arrays, data.sequences
-    global_row = predictions["global_row"].to_numpy().astype(np.int64)
-    entries = np.searchsorted(sequences.row, global_row)
-    inside = entries < len(sequences.row)
-    is_question = np.zeros(len(entries), dtype=bool)
-    is_question[inside] = sequences.row[entries[inside]] == global_row[inside]
-    if not is_question.all():
-        i = int(np.argmin(is_question))
-        raise ValueError(f"{path}: global_row {global_row[i]} is not a question row of the data")
-
-    streamed_type = np.asarray(arrays["content_type_id"])[fold.stream_index]
-    stream = fold.stream_index[streamed_type == QUESTION]
-    if len(global_row) != len(stream) or not np.array_equal(np.sort(global_row), np.sort(stream)):
-        unique = len(np.unique(global_row))
-        raise ValueError(
-            f"{path}: expected each of the fold's {len(stream):,} streamed question rows "
-            f"once, found {len(global_row):,} rows ({unique:,} distinct, "
-            f"{len(np.setdiff1d(stream, global_row)):,} of the stream missing)"
-        )
-    _check_agrees(path, "row_id", predictions["row_id"], np.asarray(arrays["row_id"])[global_row])
-    _check_agrees(path, "content_id", predictions["content_id"], sequences.question[entries])
-    label = sequences.response[entries].astype(np.int8)
-    _check_agrees(path, "answered_correctly", predictions["answered_correctly"], label)
-    student = np.searchsorted(sequences.offsets, entries, side="right") - 1
-    new_student = fold.user_cut[student] == 0
-    if "new_student" in predictions.columns:
-        _check_agrees(path, "new_student", predictions["new_student"], new_student)
-    score = predictions["prediction"].to_numpy(dtype=np.float64)
-    if not np.all((score >= 0) & (score <= 1)):
-        raise ValueError(f"{path}: predictions must be probabilities in [0, 1]")
-
-    rows = pd.DataFrame(
-        {
-            "fold": fold_index,
-            "row_id": predictions["row_id"].to_numpy(),
-            "global_row": global_row,
-            "user_id": np.asarray(arrays.users)[student],
-            "content_id": sequences.question[entries],
-            "label": label,
-            MODEL: score,
-            "new_student": new_student,
-            "part": sequences.part[entries],
-            "history_length": entries - sequences.offsets[student],
-            "container_size": container_sizes(sequences, entries),
-        }
-    )
-    if "group_num" in predictions.columns:
-        rows["group_num"] = predictions["group_num"].to_numpy()
-    cut_row = arrays.offsets[:-1] + fold.user_cut
-    baselines = baseline_scores(sequences, entries, cut_row, data.n_questions, config.baselines)
-    for name, values in baselines.items():
-        rows[name] = values
-    return rows
-
-
-def stream_summary(output_dir: Path, fold_index: int) -> dict:
-    """04's summary of fold `fold_index`'s stream (checkpoint, its selection, fold)."""
-    path = fold_dir(output_dir, fold_index) / SUMMARY_FILE
-    if not path.exists():
-        raise FoldMismatchError(
-            f"{path} not found: 04_infer.py writes it beside {PREDICTIONS_FILE}, with the "
-            f"checkpoint and folds the predictions come from"
-        )
-    return json.loads(path.read_text())
-
-
-def selection_note(summaries: dict[int, dict]) -> str:
-    """Which checkpoint scored each fold and what chose it, in one sentence."""
-    chosen = {
-        "inner": "chosen on an inner split of the fold's training students (neither trained "
-        "nor selected on the scored rows)",
-        "fold": "chosen on these very rows (--select-on fold: optimistic)",
-        None: "named by hand",
-    }
-    parts = []
-    for k, summary in sorted(summaries.items()):
-        how = chosen.get(summary.get("checkpoint_selected_on"), "unknown")
-        name = Path(str(summary.get("checkpoint", "?"))).name
-        parts.append(f"fold {k}: {name} (epoch {summary.get('checkpoint_epoch')}), {how}")
-    return "Checkpoints: " + "; ".join(parts) + "."
-
-
-def _check_agrees(path: Path, column: str, given: pd.Series, expected: np.ndarray) -> None:
-    given = given.to_numpy()
-    differs = given.astype(np.int64) != np.asarray(expected).astype(np.int64)
-    if differs.any():
-        i = int(np.argmax(differs))
-        raise ValueError(
-            f"{path}: column {column!r} disagrees with the data arrays on {differs.sum():,} "
-            f"rows, e.g. row {i}: file has {given[i]}, data has {expected[i]}"
-        )
-
-
-def add_oracle(rows: pd.DataFrame, truth_path: Path) -> pd.DataFrame:
-    """Join demo_truth.csv (row_id, p_true) as the oracle score; every row must have one."""
-    truth = pd.read_csv(truth_path, usecols=["row_id", "p_true"])
-    if truth["row_id"].duplicated().any():
-        raise ValueError(f"{truth_path}: duplicate row_id values")
-    p_true = truth.set_index("row_id")["p_true"].reindex(rows["row_id"].to_numpy()).to_numpy()
-    if np.isnan(p_true).any():
-        raise ValueError(
-            f"{truth_path}: {int(np.isnan(p_true).sum()):,} streamed rows have no p_true"
-        )
-    rows = rows.copy()
-    rows[ORACLE] = p_true
-    return rows
 
 
 def scorers(rows: pd.DataFrame) -> list[str]:
@@ -485,9 +337,11 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
     output_dir, input_dir = Path(output_dir), Path(input_dir)
     folds = config.folds if config.folds is not None else discover_folds(output_dir)
     if not folds:
-        raise FileNotFoundError(f"no {output_dir}/fold*/{PREDICTIONS_FILE}: run 04_infer.py first")
+        raise FileNotFoundError(
+            f"no {output_dir}/fold*/{STREAM_PREDICTIONS}: run 04_infer.py first"
+        )
     data = Dataset.load(output_dir)
-    rows = pd.concat([load_fold_rows(output_dir, k, data, config) for k in folds])
+    rows = pd.concat([load_fold_rows(output_dir, k, data, config.baselines) for k in folds])
     rows = rows.reset_index(drop=True)
     truth_path = input_dir / TRUTH_FILE
     if truth_path.exists():

@@ -68,24 +68,6 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
-def write_marked_section(path: str | os.PathLike, marker: str, section: str) -> None:
-    """Replace the text between `<!-- {marker}:start -->` and `<!-- {marker}:end -->` in a
-    Markdown file (adding both at the end, or a new file, if missing); the rest of the file
-    is left as it is. Benchmark scripts each own one such section of BENCHMARKS.md."""
-    path = Path(path)
-    start_mark, end_mark = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
-    block = f"{start_mark}\n{section}{end_mark}"
-    if not path.exists():
-        write_text(path, f"# Benchmarks\n\n{block}\n")
-        return
-    text = path.read_text()
-    start, end = text.find(start_mark), text.find(end_mark)
-    if start < 0 or end < start:
-        write_text(path, text.rstrip("\n") + f"\n\n{block}\n")
-        return
-    write_text(path, text[:start] + block + text[end + len(end_mark) :])
-
-
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 

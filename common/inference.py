@@ -34,7 +34,7 @@ from common.device import resolve_device
 from common.emulator import Emulator, EmulatorConfig
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
-from common.layout import fold_dir, state_dir
+from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, state_dir
 from common.metrics import slice_table, student_and_part_slices
 from common.online import OnlineState, Snapshot, build_snapshot
 
@@ -182,7 +182,7 @@ def write_outputs(run_dir: Path, results: pd.DataFrame, table: pd.DataFrame, sum
         results[["row_id", "prediction"]].rename(
             columns={"prediction": "answered_correctly"}
         ).to_csv(tmp, index=False)
-    with atomic_file(run_dir / "stream_predictions.parquet") as tmp:
+    with atomic_file(run_dir / STREAM_PREDICTIONS) as tmp:
         results.to_parquet(tmp, index=False)
     with atomic_file(run_dir / "stream_metrics.csv") as tmp:
         table.to_csv(tmp, index=False)
@@ -199,7 +199,7 @@ def write_outputs(run_dir: Path, results: pd.DataFrame, table: pd.DataFrame, sum
         f"(without the API's own calls) {summary['predict_rows_per_s']:,.0f} rows/s",
     ]
     write_text(run_dir / "stream_metrics.md", "\n".join(lines) + "\n")
-    write_json(run_dir / "stream_summary.json", summary)
+    write_json(run_dir / STREAM_SUMMARY, summary)
 
 
 # ---------------------------------------------------------------------------------------

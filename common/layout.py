@@ -17,6 +17,9 @@ FOLDS_SUBDIR = "folds"
 REPORT_SUBDIR = "report"
 STATE_SUBDIR = "state"  # the bundle's online state: snapshot.npz, questions.parquet
 CODE_SUBDIR = "code"  # the bundle's copy of the package and 04_infer.py
+# in fold{k}/, written by 04 and read by 05
+STREAM_PREDICTIONS = "stream_predictions.parquet"
+STREAM_SUMMARY = "stream_summary.json"  # the checkpoint, what chose it, the fold
 
 
 def data_dir(output_dir: str | Path) -> Path:

@@ -26,13 +26,13 @@ merged into one container: none of their outcomes is known before all are predic
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
+from common.cache_pool import RING_EXTRA, CachePool
 from common.errors import UserError
 from common.features import (
     ANSWER_PAD,
@@ -45,12 +45,10 @@ from common.features import (
 )
 from common.files import atomic_file
 from common.model import SAINT
-from common.model_cache import ModelCache
 from common.predict import to_tensors
 from common.schema import QUESTION
 
 BUILD_PART = 32  # students per forward pass when states are built from their histories
-RING_EXTRA = 16  # ring slack beyond the receptive field: room for the incoming container
 # Per student besides the rings: n_items, last_first, last_timestamp, session_start,
 # key_from, cache_index (int64) and built (bool); and the slot_of dict entry with its two
 # Python ints (measured with tracemalloc: ~116 B; 128 keeps the estimate conservative).
@@ -451,79 +449,3 @@ class OnlineState:
             with torch.no_grad():
                 self.model(to_tensors(inputs, self.device), block)
             self.pool.view(index[part]).absorb(block)
-
-
-class CachePool:
-    """The model's ring caches (common.model_cache.ModelCache) for up to `size` students, with
-    LRU eviction. The tensors grow (doubling) with the number of students that need an
-    entry, up to `size`, so a stream of a few hundred students does not allocate and
-    zero the room for thousands (gigabytes for a large model) before its first group."""
-
-    def __init__(self, model: SAINT, size: int, device: torch.device):
-        self.model = model
-        self.size = size
-        self.device = device
-        self.cache: ModelCache | None = None
-        self.lru: OrderedDict[int, int] = OrderedDict()  # cache index -> slot
-        self.free: list[int] = []  # unused indices below capacity; pop() gives the lowest
-        self.capacity = 0  # rows allocated
-        self.evictions = 0
-        self._row_bytes: int | None = None
-
-    def _grow(self, needed: int) -> None:
-        """Room for at least `needed` entries (at most `size`), keeping those there."""
-        capacity = min(self.size, max(needed, 2 * self.capacity, 64))
-        if self.cache is None:
-            self.cache = self.model.empty_cache(capacity, self.model.config.window + RING_EXTRA)
-        else:
-            self.cache = self.cache.grown(capacity)
-        self.free = list(range(capacity - 1, self.capacity - 1, -1)) + self.free
-        self.capacity = capacity
-
-    def bytes_per_student(self) -> int:
-        """Cache bytes per student, measured on a one-row cache (nothing allocated for
-        the pool itself)."""
-        if self._row_bytes is None:
-            one = self.model.empty_cache(1, self.model.config.window + RING_EXTRA)
-            self._row_bytes = sum(t.numel() * t.element_size() for t in one.tensors())
-        return self._row_bytes
-
-    def planned_bytes(self) -> int:
-        """The whole pool's bytes, allocated or not."""
-        return self.size * self.bytes_per_student()
-
-    def acquire(self, slots: np.ndarray, cache_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Make sure every slot has a cache entry; returns the updated slot -> index map
-        and which of `slots` got a fresh (empty) entry."""
-        if len(slots) > self.size:
-            raise ValueError(f"a group has {len(slots)} students; the cache pool holds {self.size}")
-        new = int((cache_index[slots] < 0).sum())
-        if len(self.free) < new and self.capacity < self.size:
-            self._grow(len(self.lru) + new)
-        missing = []
-        active = set(slots.tolist())
-        for i, slot in enumerate(slots.tolist()):
-            index = int(cache_index[slot])
-            if index >= 0:
-                self.lru.move_to_end(index)
-                continue
-            if not self.free:
-                victim_index = next(i for i, s in self.lru.items() if s not in active)
-                victim_slot = self.lru.pop(victim_index)
-                cache_index[victim_slot] = -1
-                self.free.append(victim_index)
-                self.evictions += 1
-            index = self.free.pop()
-            self.lru[index] = slot
-            cache_index[slot] = index
-            missing.append(i)
-        return cache_index, np.asarray(missing, dtype=np.int64)
-
-    def _rows(self, index: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(index, device=self.device)
-
-    def reset(self, index: np.ndarray) -> None:
-        self.cache.reset(self._rows(index))
-
-    def view(self, index: np.ndarray) -> ModelCache:
-        return self.cache.view(self._rows(index))

@@ -3,17 +3,7 @@ checkpoint records (common/checkpoint.py writes it), resume, early stopping,
 DistributedDataParallel. Its settings: common/train_config.py; its spans, batches and
 schedule: common/train_plan.py.
 
-Training sequences: a student's training questions are cut into consecutive spans
-(`span` questions, 4 receptive fields by default), with the cut points shifted by a
-random offset each epoch, so each question is trained on exactly once per epoch. Each
-span is preceded by the model's receptive field of earlier questions as context, outside
-the loss (epoch_spans): every trained prediction is made from the same state that
-teacher-forced validation and streaming predict from, the student's last
-`receptive_field` questions (or the whole history when shorter), whatever the history's
-length (common/model.py: attention is banded to the window, so sequences longer than it
-are exact and cost little more per question). Batches hold `batch_size` windows' worth
-of trained questions (a span of L questions counts as ceil(L / window) windows), so a
-step sees as many questions as SAINT's batch of 512 windows.
+Training sequences and batches: see common/train_plan.py.
 
 Model selection: with --select-on inner (the default) early stopping and best.pt are
 chosen on an inner validation split carved from the fold's training students

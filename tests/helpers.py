@@ -92,12 +92,18 @@ def train_config(*, layers: int | None = None, heads: int | None = None, preset=
 
 
 def run_numbered_script(
-    script: str, *args: object, process: bool = False, timeout: float = 300, env=None
+    script: str,
+    *args: object,
+    process: bool = False,
+    launcher: list[str] | None = None,
+    timeout: float = 300,
+    env=None,
 ) -> subprocess.CompletedProcess:
-    """The one way tests run a numbered script (see conftest.run_script)."""
+    """The one way tests run a numbered script (see conftest.run_script); launcher (e.g.
+    torchrun's command) implies its own process."""
     argv = [str(a) for a in args]
-    if process:
-        command = [sys.executable, str(REPO / script), *argv]
+    if process or launcher:
+        command = [*(launcher or [sys.executable]), str(REPO / script), *argv]
         return subprocess.run(
             command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
             check=False,

@@ -1,5 +1,6 @@
-"""bench/bench_kt.py: the markers of BENCHMARKS.md, and one end-to-end run (00 -> 05 as
-subprocesses) on a tiny slice of the real ASSISTments 2009 files, restarted once."""
+"""bench/bench_kt.py: one end-to-end run (00 -> 05 as subprocesses) on a tiny slice of the
+real ASSISTments 2009 files, its section in the --results file, restarted once; and the
+lock on a model dir's report."""
 
 from __future__ import annotations
 
@@ -25,26 +26,10 @@ def load_bench():
     return module
 
 
-def test_write_section_replaces_only_between_the_markers(tmp_path):
-    bench = load_bench()
-    path = tmp_path / "BENCHMARKS.md"
-    bench.write_section(path, "first\n")
-    assert path.read_text() == f"# Benchmarks\n\n{bench.MARK_START}\nfirst\n{bench.MARK_END}\n"
-    path.write_text(f"# B\n\nmine\n\n{bench.MARK_START}\nold\n{bench.MARK_END}\n\ntheirs\n")
-    bench.write_section(path, "new\n")
-    assert (
-        path.read_text() == f"# B\n\nmine\n\n{bench.MARK_START}\nnew\n{bench.MARK_END}\n\ntheirs\n"
-    )
-    path.write_text("# B\n\nno markers yet\n")
-    bench.write_section(path, "added\n")
-    assert path.read_text().startswith("# B\n\nno markers yet\n\n" + bench.MARK_START)
-
-
 @pytest.mark.slow
 def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     shared_file("assist2009_pid_akt", "assist2009_pid_test1.csv")
-    benchmarks = tmp_path / "BENCHMARKS.md"
-    benchmarks.write_text("# Benchmarks\n\nsomeone else's section\n")
+    kept = tmp_path / "kt.txt"
     work = tmp_path / "work"
     command = [
         sys.executable,
@@ -52,7 +37,7 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
         *("--datasets", "assist2009_pid", "--models", "saint", "--slice", "40"),
         *("--folds", "0", "--epochs", "1", "--d-model", "16", "--heads", "2"),
         *("--layers", "1", "--window", "20", "--batch-size", "16", "--bootstrap", "0"),
-        *("--work-dir", work, "--benchmarks-file", benchmarks, "--source-root", SHARED_DATA),
+        *("--work-dir", work, "--results", kept, "--source-root", SHARED_DATA),
     ]
     command = [str(c) for c in command]
     first = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
@@ -69,27 +54,28 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert result["stream_rows"] == result["scores"]["model"]["rows"] > 0
     assert len(result["commands"]) == 3
 
-    text = benchmarks.read_text()
-    assert "someone else's section" in text
-    section = text[
-        text.index("<!-- kt-benchmark:start -->") : text.index("<!-- kt-benchmark:end -->")
-    ]
+    section = kept.read_text()
+    assert section.startswith("## Public knowledge-tracing datasets (bench/bench_kt.py)")
     assert "| assist2009_pid (akt5) | SAINT |" in section
     assert "| assist2009_pid (akt5) | baseline: question rate |" in section
+    # the table's AUCs (one fold: no ± part) are the fold's, as recomputed above
+    auc, rate = (result["scores"][s]["auc"] for s in ("model", "question rate"))
+    assert f"| assist2009_pid (akt5) | SAINT | {auc:.4f} |" in section
+    assert f"| assist2009_pid (akt5) | baseline: question rate | {rate:.4f} |" in section
     assert "Slice run" in section
 
     again = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "skip:" in again.stdout and "train fold" not in again.stdout
 
-    # --table-only runs nothing and rewrites the table from the finished fold
-    benchmarks.write_text("# Benchmarks\n")
+    # --table-only runs nothing and rewrites the results file from the finished fold
+    kept.unlink()
     table = subprocess.run(
         [*command, "--table-only"], capture_output=True, text=True, timeout=120, check=False
     )
     assert table.returncode == 0, table.stdout[-3000:] + table.stderr[-3000:]
     assert "preparing" not in table.stdout and "skip:" not in table.stdout
-    assert "| assist2009_pid (akt5) | SAINT |" in benchmarks.read_text()
+    assert "| assist2009_pid (akt5) | SAINT |" in kept.read_text()
 
 
 def test_report_lock_excludes_a_second_holder_until_released(tmp_path):

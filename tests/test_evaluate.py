@@ -24,7 +24,7 @@ from common.baselines import (
 )
 from common.data import TrainArrays
 from common.emulator import Emulator
-from common.evaluate import EvaluateConfig, container_sizes, evaluate, selection_note, slice_table
+from common.evaluate import EvaluateConfig, evaluate, slice_table
 from common.features import build_sequences
 from common.folds import Fold, FoldConfig, FoldMismatchError, fold_fingerprint, make_folds
 from common.layout import DATA_SUBDIR
@@ -34,6 +34,7 @@ from common.metrics import (
     score_metrics,
     threshold_metrics,
 )
+from common.scored_rows import container_sizes, selection_note
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

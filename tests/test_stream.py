@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from common import online
+from common.cache_pool import CachePool
 from common.checkpoint import save_checkpoint
 from common.data import TrainArrays, load_questions, question_parts
 from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
@@ -27,7 +28,7 @@ from common.folds import Fold, FoldConfig, load_fold_data, make_folds
 from common.inference import export_kaggle, stream_loop
 from common.layout import DATA_SUBDIR
 from common.model import SAINT, ModelConfig
-from common.online import CachePool, OnlineState, Snapshot, build_snapshot
+from common.online import OnlineState, Snapshot, build_snapshot
 from common.predict import predict_tails, to_tensors
 from common.schema import TEST_COLUMNS
 from common.tags import install_tags, tag_shape

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from common.folds import load_fold_data
 from common.predict import to_tensors
 from common.train_plan import batch_bounds, epoch_spans
 from common.training import Trainer
-from tests.helpers import REPO, make_tiny_demo, run_numbered_script, train_config
+from tests.helpers import make_tiny_demo, run_numbered_script, train_config
 
 TINY = [
     "--batch-size", "32", "--warmup", "10", "--d-model", "16", "--heads", "2",
@@ -43,11 +42,7 @@ def fresh_run(demo: Path, tmp: Path) -> Path:
 def train(output_dir: Path, *flags: str, launcher: list[str] | None = None) -> str:
     """03_train.py in this process, or under `launcher` (torchrun) in its own."""
     args = ["--output-dir", str(output_dir), *TINY, *flags]
-    if launcher is None:
-        done = run_numbered_script("03_train.py", *args)
-    else:
-        command = [*launcher, "03_train.py", *args]
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = run_numbered_script("03_train.py", *args, launcher=launcher, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

@@ -1,0 +1,109 @@
+"""The one configuration surface (common/cli.py): every config field has a flag whose help
+shows its default, flags and configs convert both ways, the shorthands set what they
+say, and a config dict with an unknown key is refused."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from common import cli
+from common.errors import UserError
+from common.evaluate import EvaluateConfig
+from common.folds import FoldConfig
+from common.inference import InferConfig
+from common.model import MODEL_PRESETS, ModelConfig
+from common.preprocess import PreprocessConfig
+from common.train_config import TrainConfig, add_train_flags
+
+
+def train_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_train_flags(parser)
+    return parser
+
+
+def parse(argv: list[str]) -> TrainConfig:
+    return cli.config_from_args(TrainConfig, train_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "cls", [TrainConfig, InferConfig, FoldConfig, EvaluateConfig, PreprocessConfig]
+)
+def test_every_field_has_a_flag_whose_help_shows_the_default(cls):
+    parser = argparse.ArgumentParser()
+    cli.add_config_flags(parser, cls)
+    actions = {a.dest: a for a in parser._actions}
+    for path, _, _ in cli._flag_fields(cls):
+        action = actions[path]
+        if action.nargs == 0:  # a switch: its name says what it does
+            continue
+        assert "(default: " in action.help, (path, action.help)
+    # the data decide these: no flag
+    assert "model.n_questions" not in actions and "model.n_tags" not in actions
+
+
+def test_defaults_parse_to_the_default_config():
+    assert parse([]) == TrainConfig()
+
+
+def test_flags_and_configs_convert_both_ways():
+    model = ModelConfig(d_model=48, n_heads=4, encoder_layers=3, decoder_layers=1, window=30)
+    model = dataclasses.replace(model, decoder_features=(), rope_fraction=0.5)
+    config = TrainConfig(model=model, epochs=7, tags=True, progress=False, teacher="t.pt")
+    argv = cli.to_argv(config)
+    assert "--tags" in argv and "--no-progress" in argv
+    assert parse(argv) == config
+    # only the fields asked for
+    assert cli.to_argv(config, only=("epochs", "model.window")) == [
+        "--epochs",
+        "7",
+        "--window",
+        "30",
+    ]
+
+
+def test_shorthands_set_what_they_say():
+    config = parse(["--layers", "3", "--model", "saint", "--heads", "4", "--d-model", "32"])
+    assert (config.model.encoder_layers, config.model.decoder_layers) == (3, 3)
+    assert config.model.decoder_features == MODEL_PRESETS["saint"] == ()
+    assert config.model.n_heads == 4 and config.model.d_ff == 4 * 32
+    # a later flag wins, as with any flag
+    later = parse(["--model", "saint", "--decoder-features", "lag,question"])
+    assert later.model.decoder_features == ("lag", "question")
+    assert parse(["--layers", "3", "--decoder-layers", "1"]).model.decoder_layers == 1
+
+
+def test_a_config_dict_round_trips_and_unknown_keys_are_refused():
+    config = parse(["--d-model", "32", "--heads", "4", "--epochs", "3"])
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="unknown TrainConfig keys"):
+        TrainConfig.from_dict(config.to_dict() | {"epoch": 3})
+    nested = config.to_dict()
+    nested["model"] = nested["model"] | {"layers": 2}
+    with pytest.raises(ValueError, match="unknown ModelConfig keys"):
+        TrainConfig.from_dict(nested)
+
+
+def test_a_refused_config_ends_like_a_bad_flag(capsys):
+    parser = train_parser()
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse_config(parser, TrainConfig, ["--question-embedding", "rasch"])
+    assert exit_.value.code == 2
+    assert "needs the questions' tags" in capsys.readouterr().err
+
+
+def test_a_user_error_prints_one_line_and_returns_2(capsys):
+    class Refused(UserError):
+        pass
+
+    def body():
+        raise Refused("input/train.csv, row 3, column user_id: expected an integer")
+
+    assert cli.guarded(body) == 2
+    assert capsys.readouterr().err == (
+        "error: input/train.csv, row 3, column user_id: expected an integer\n"
+    )
+    assert cli.guarded(lambda: None) == 0
