@@ -37,12 +37,11 @@ from benchlib import (
     script,
     shown,
 )
-from sklearn.metrics import roc_auc_score
 
 from common.baselines import BaselineConfig, baseline_scores
-from common.data import TrainArrays
+from common.dataset import Dataset
 from common.folds import Fold, load_fold_data
-from common.layout import DATA_SUBDIR
+from common.metrics import auc_or_nan
 from common.tables import markdown_table
 
 SMALL = ["--d-model", "64", "--layers", "2", "--heads", "4"]
@@ -206,15 +205,15 @@ def main() -> int:
     rows = results["SAINT+"]["predictions"]
     labels = rows["answered_correctly"].to_numpy()
     oracle = truth.set_index("row_id")["p_true"].reindex(rows["row_id"]).to_numpy()
-    oracle_auc = roc_auc_score(labels, oracle)
-    data = load_fold_data(data_out, 0)
-    arrays = TrainArrays.load(data_out / DATA_SUBDIR)
-    cut_row = arrays.offsets[:-1] + Fold.load(data_out, 0).user_cut
+    oracle_auc = auc_or_nan(labels, oracle)
+    dataset = Dataset.load(data_out)
+    data = load_fold_data(data_out, 0, dataset=dataset)
+    cut_row = dataset.arrays.offsets[:-1] + Fold.load(data_out, 0).user_cut
     entries = np.searchsorted(data.sequences.row, rows["global_row"].to_numpy())
     baselines = baseline_scores(
         data.sequences, entries, cut_row, data.n_questions, BaselineConfig()
     )
-    baseline_auc = roc_auc_score(labels, baselines["question rate"])
+    baseline_auc = auc_or_nan(labels, baselines["question rate"])
 
     kaggle = results["SAINT+"]["kaggle_stream"]
     lines = [
@@ -241,7 +240,7 @@ def main() -> int:
     body = []
     for name, r in results.items():
         merged = r["predictions"].set_index("row_id")["prediction"].reindex(rows["row_id"])
-        auc = r["auc"] = roc_auc_score(labels, merged.to_numpy())
+        auc = r["auc"] = auc_or_nan(labels, merged.to_numpy())
         flags = " ".join(VARIANTS[name]) + (
             " --teacher <teacher>/fold0/best.pt" if name == "student distilled" else ""
         )

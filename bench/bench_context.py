@@ -33,12 +33,12 @@ import numpy as np
 import pandas as pd
 import torch
 from benchlib import REPO, SHARED_DATA, WORK, Report, link_data, machine, results_flag, run, script
-from sklearn.metrics import roc_auc_score
 
 from common.checkpoint import load_model
 from common.features import window_inputs
 from common.files import write_json
 from common.folds import FoldData, load_fold_data
+from common.metrics import auc_or_nan
 from common.predict import to_tensors
 from common.tables import markdown_table
 
@@ -196,11 +196,9 @@ def paired_difference(
         drawn = rng.integers(0, len(owners), len(owners))
         rows = order[np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in drawn])]
         if 0 < label[rows].mean() < 1:
-            differences.append(
-                roc_auc_score(label[rows], a[rows]) - roc_auc_score(label[rows], b[rows])
-            )
+            differences.append(auc_or_nan(label[rows], a[rows]) - auc_or_nan(label[rows], b[rows]))
     low, high = np.percentile(differences, [2.5, 97.5])
-    return [float(roc_auc_score(label, a) - roc_auc_score(label, b)), float(low), float(high)]
+    return [float(auc_or_nan(label, a) - auc_or_nan(label, b)), float(low), float(high)]
 
 
 BUCKETS = ["all", "first window", "1-2 windows", "2-4 windows", "beyond 4", "beyond 1"]
@@ -231,7 +229,7 @@ def bucket_table(out: Path, checkpoint: str, data: FoldData, window: int) -> dic
         result["rows"][name] = int(mask.sum())
         both = mask.any() and 0 < label[mask].mean() < 1
         for kind, score in (("stream", stream), ("fresh", fresh)):
-            result[kind][name] = float(roc_auc_score(label[mask], score[mask])) if both else None
+            result[kind][name] = float(auc_or_nan(label[mask], score[mask])) if both else None
         result["stream_minus_fresh"][name] = (
             paired_difference(label[mask], stream[mask], fresh[mask], student[mask])
             if both

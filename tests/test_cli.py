@@ -17,6 +17,7 @@ from common.inference import InferConfig
 from common.model import MODEL_PRESETS, ModelConfig
 from common.preprocess import PreprocessConfig
 from common.train_config import TrainConfig, add_train_flags
+from tests.helpers import run_numbered_script
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -107,3 +108,30 @@ def test_a_user_error_prints_one_line_and_returns_2(capsys):
         "error: input/train.csv, row 3, column user_id: expected an integer\n"
     )
     assert cli.guarded(lambda: None) == 0
+
+
+def test_the_tests_script_runner_reports_as_a_shell_would(tmp_path):
+    """tests/helpers.run_numbered_script runs main(argv) in this process: a crash must
+    read as exit 1 with its traceback (never as success), a usage error as 2."""
+    script = tmp_path / "99_probe.py"
+    script.write_text(
+        "import argparse\n"
+        "def main(argv=None):\n"
+        "    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--mode', choices=('ok', 'refuse', 'crash'))\n"
+        "    mode = parser.parse_args(argv).mode\n"
+        "    if mode == 'crash':\n"
+        "        raise RuntimeError('boom')\n"
+        "    print(mode)\n"
+        "    return 2 if mode == 'refuse' else 0\n"
+        "if __name__ == '__main__':\n"
+        "    raise SystemExit(main())\n"
+    )
+    for process in (False, True):
+        ok = run_numbered_script(str(script), "--mode", "ok", process=process)
+        assert (ok.returncode, ok.stdout) == (0, "ok\n")
+        assert run_numbered_script(str(script), "--mode", "refuse", process=process).returncode == 2
+        assert run_numbered_script(str(script), "--mode", "nope", process=process).returncode == 2
+    crashed = run_numbered_script(str(script), "--mode", "crash")
+    assert crashed.returncode == 1
+    assert "Traceback" in crashed.stderr and "RuntimeError: boom" in crashed.stderr

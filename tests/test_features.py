@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.data import TrainArrays
+from common.data import TrainArrays, opens_container
 from common.features import build_sequences, elapsed_bucket, explanation_code, lag_bucket
 
 NAN = np.nan
@@ -89,3 +89,17 @@ def test_lag_bucket_by_hand() -> None:
 
 def test_explanation_code_by_hand() -> None:
     assert explanation_code(np.array([-1, 0, 1])).tolist() == [0, 1, 2]
+
+
+def test_a_container_opens_at_a_new_student_timestamp_or_container_id():
+    """The task-container rule (common.data.opens_container), each key alone: a new
+    student, a new timestamp under the same container id, a new container id at the same
+    timestamp; neither changing keeps the container."""
+    timestamp = np.array([0, 0, 5, 5, 5, 5, 9])
+    container = np.array([0, 0, 0, 1, 1, 1, 1])
+    new_student = np.array([1, 0, 0, 0, 0, 1, 0], dtype=bool)
+    opens = opens_container(timestamp, container, new_student)
+    # row: 0 first; 1 same; 2 timestamp only; 3 container id only; 4 same; 5 new student
+    # with both keys equal to the row before; 6 timestamp only
+    assert opens.tolist() == [True, False, True, True, False, True, True]
+    assert opens_container(timestamp[:0], container[:0], new_student[:0]).tolist() == []

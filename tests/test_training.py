@@ -15,7 +15,7 @@ from common.checkpoint import load_model, save_checkpoint
 from common.features import window_inputs
 from common.folds import load_fold_data
 from common.predict import to_tensors
-from common.train_plan import batch_bounds, epoch_spans
+from common.train_plan import batch_bounds, epoch_spans, micro_batch_groups
 from common.training import Trainer
 from tests.helpers import make_tiny_demo, run_numbered_script, train_config
 
@@ -128,6 +128,20 @@ def test_early_stopping_after_patience(demo, tmp_path):
     train(out, "--epochs", "6", "--lr", "0", "--patience", "1")
     history = pd.read_csv(out / "fold0" / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3]
+
+
+def test_micro_batch_parts_by_hand():
+    """A CPU batch (size 0) is cut into parts of similar length, longest first: a part
+    ends where the next window is under half its longest, or where it would pass the
+    budget of positions; with a size, plain slices."""
+    length = torch.tensor([10, 100, 40, 90, 80, 20, 45])
+    parts = [p.tolist() for p in micro_batch_groups(length, 0, budget=300)]
+    # sorted 100, 90, 80 | 45 (2 x 45 < 100), 40 | 20 (2 x 20 < 45), 10 (2 x 10 = 20 stays)
+    assert parts == [[1, 3, 4], [6, 2], [5, 0]]
+    # a budget of 200 positions: 100, 90 (3 x 100 > 200) | 80, 45 (3 x 80) | 40, 20 | 10
+    parts = [p.tolist() for p in micro_batch_groups(length, 0, budget=200)]
+    assert parts == [[1, 3], [4, 6], [2, 5], [0]]
+    assert micro_batch_groups(length, 3, budget=0) == [slice(0, 3), slice(3, 6), slice(6, 9)]
 
 
 def test_micro_batches_give_the_whole_batch_gradient(demo):
