@@ -18,16 +18,36 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+# bf16 tensor cores arrive with compute capability 8.0 (Ampere: A100, then H100, H200).
+# torch.cuda.is_bf16_supported() also counts emulated bf16 (Kaggle's T4 is 7.5, its
+# P100 6.0), which runs slower than fp32 there.
+NATIVE_BF16_CAPABILITY = (8, 0)
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether the CUDA device computes bf16 in hardware (not emulated)."""
+    return torch.cuda.get_device_capability(device) >= NATIVE_BF16_CAPABILITY
+
+
 def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for --amp: auto is off on CPU, bf16 where the GPU computes it
+    natively, fp16 (with a gradient scaler, see common/training.py) on older GPUs; bf16
+    asked for on a GPU without it is refused rather than emulated."""
+    if amp not in ("auto", "bf16", "fp16", "off"):
+        raise ValueError(f"--amp must be auto, bf16, fp16 or off, got {amp!r}")
     if amp == "off" or (amp == "auto" and device.type != "cuda"):
         return None
     if amp == "fp16":
         return torch.float16
-    if amp in ("auto", "bf16"):
-        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            return torch.float16
-        return torch.bfloat16
-    raise ValueError(f"--amp must be auto, bf16, fp16 or off, got {amp!r}")
+    if device.type == "cuda" and not native_bf16(device):
+        if amp == "bf16":
+            capability = ".".join(map(str, torch.cuda.get_device_capability(device)))
+            raise ValueError(
+                f"--amp bf16: this GPU (compute capability {capability}) has no native bf16; "
+                "use --amp fp16 or auto"
+            )
+        return torch.float16
+    return torch.bfloat16
 
 
 @dataclass

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from common.checkpoint import load_model, save_checkpoint
+from common.device import autocast_dtype
 from common.features import window_inputs
 from common.folds import load_fold_data
 from common.predict import to_tensors
@@ -203,3 +204,28 @@ def test_distributed_training_with_two_processes(demo, tmp_path):
     assert history["inner_auc"].notna().all() and history["fold_auc"].notna().all()
     checkpoint = torch.load(fold_dir / "best.pt", weights_only=False)
     assert not any(k.startswith("module.") for k in checkpoint["model_state"])
+
+
+@pytest.mark.parametrize(
+    ("amp", "capability", "expected"),
+    [
+        ("auto", (9, 0), torch.bfloat16),  # H100/H200
+        ("auto", (8, 0), torch.bfloat16),  # A100
+        ("auto", (7, 5), torch.float16),  # T4: bf16 only emulated
+        ("auto", (6, 0), torch.float16),  # P100
+        ("fp16", (9, 0), torch.float16),
+        ("bf16", (8, 6), torch.bfloat16),
+        ("off", (9, 0), None),
+    ],
+)
+def test_autocast_uses_bf16_only_where_the_gpu_has_it(amp, capability, expected, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert autocast_dtype(amp, torch.device("cuda")) == expected
+
+
+def test_autocast_refuses_emulated_bf16_and_is_off_on_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    with pytest.raises(ValueError, match="no native bf16"):
+        autocast_dtype("bf16", torch.device("cuda"))
+    assert autocast_dtype("auto", torch.device("cpu")) is None
+    assert autocast_dtype("bf16", torch.device("cpu")) == torch.bfloat16
