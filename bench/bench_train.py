@@ -51,36 +51,50 @@ CONFIGS = {
 }
 
 
-def matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
-    torch.set_num_threads(threads)
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 10):
+    """Measured matmul FLOP/s on `device` in `dtype` (the roof the training share is of)."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
+    synchronize(device)
     begin = time.perf_counter()
     for _ in range(repeats):
         a @ b
+    synchronize(device)
     return 2 * size**3 * repeats / (time.perf_counter() - begin)
 
 
-def measure(data, name: str, steps: int, warmup: int, repeats: int, out: Path) -> dict:
-    config = replace(CONFIGS[name], progress=False, select_on="fold")
-    trainer = Trainer(config, out / name, data, torch.device("cpu"))
-    spans, epoch = trainer.epoch_batches(0)
-    index = [epoch[i % len(epoch)] for i in range(steps + warmup)]  # repeated if short
-    cpu = torch.device("cpu")
-    batches = [to_tensors(trainer.batch_inputs(*spans, i), cpu) for i in index]
+def measure(data, name: str, args: argparse.Namespace) -> dict:
+    """Interactions/s of full optimizer steps (median of repeats), and FLOPs counted on
+    one step of the uncompiled model (compiling does not change them)."""
+    device = torch.device(args.device)
+    config = replace(CONFIGS[name], progress=False, select_on="fold", amp=args.amp)
+    out = args.work_dir / name
+    counting = Trainer(replace(config, compile=False), out, data, device)
+    spans, epoch = counting.epoch_batches(0)
+    index = [epoch[i % len(epoch)] for i in range(args.steps + args.warmup)]  # repeated
+    batches = [to_tensors(counting.batch_inputs(*spans, i), device) for i in index]
     trained = [int(b["trained"].sum()) for b in batches]
     with FlopCounterMode(display=False) as counter:
-        trainer.train_step(batches[0])
+        counting.train_step(batches[0])
     flops_per_interaction = counter.get_total_flops() / trained[0]
+    trainer = Trainer(config, out, data, device) if args.compile else counting
     rates = []
-    for _ in range(repeats):
-        for i in range(warmup):
+    for _ in range(args.repeats):
+        for i in range(args.warmup):
             trainer.train_step(batches[i])
+        synchronize(device)
         begin = time.perf_counter()
-        for i in range(warmup, warmup + steps):
+        for i in range(args.warmup, args.warmup + args.steps):
             trainer.train_step(batches[i])
-        rates.append(sum(trained[warmup:]) / (time.perf_counter() - begin))
+        synchronize(device)
+        rates.append(sum(trained[args.warmup :]) / (time.perf_counter() - begin))
     return {
         "config": name,
         "d_model": config.model.d_model,
@@ -110,23 +124,29 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work-dir", type=Path, default=WORK / "train")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--amp", choices=("off", "bf16", "fp16", "auto"), default="off")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     results_flag(parser, "train")
     args = parser.parse_args()
     say = Report("train", args.results)
     say.header("03_train.py training throughput (bench/bench_train.py)")
     torch.set_num_threads(args.threads)
-    peak = matmul_peak(args.threads)
+    device = torch.device(args.device)
+    compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp, torch.float32)
+    peak = matmul_peak(device, compute)
     torch.manual_seed(0)
     data = load_fold_data(args.data_dir, 0)
     say(f"threads     {args.threads}")
-    say(f"matmul peak {peak / 1e9:.0f} GFLOP/s (fp32, 2048x2048 sgemm, measured)")
+    say(f"device      {args.device}, amp {args.amp}, compile {args.compile}")
+    say(f"matmul peak {peak / 1e9:.0f} GFLOP/s ({compute}, 2048x2048, measured)")
     say(f"data        {args.data_dir}, fold 0")
     header = ["config", "d_model", "d_ff", "layers", "batch", "params"]
     header += ["interactions/s (median)", "repeats", "GFLOP/interaction", "share of matmul peak"]
     rows = []
     for name in args.configs.split(","):
-        r = measure(data, name, args.steps, args.warmup, args.repeats, args.work_dir)
-        print(f"{name}: {r['rate']:,.0f} interactions/s", flush=True)
+        r = measure(data, name, args)
+        say(f"{name}: {r['rate']:,.0f} interactions/s")
         share = r["rate"] * r["flops_per_interaction"] / peak
         repeats = ", ".join(f"{x:,.0f}" for x in r["rates"])
         size = [str(r["d_model"]), str(r["d_ff"]), r["layers"]]

@@ -11,8 +11,8 @@ is handed out; test_df has index group_num and the columns of common.schema.TEST
 with the competition dtypes; the first row of each group carries the previous group's
 answered_correctly and user_answer as string-encoded lists (lectures included, as -1;
 '[]' in group 0); lecture rows are in the stream and are not predicted. A group holds at
-most one task container per student; its number of students is drawn log-uniformly in
-1..max_group_students (see group_order).
+most one question container per student (lectures ride along); its number of students is
+drawn log-uniformly in 1..max_group_students, or its rows in a range (see group_order).
 """
 
 from __future__ import annotations
@@ -28,10 +28,27 @@ from common.folds import Fold
 from common.metrics import auc_or_nan
 from common.schema import QUESTION, TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 
-TEST_DTYPES = {name: TRAIN_DTYPES[name] for name in TEST_COLUMNS if name in TRAIN_DTYPES}
-TEST_DTYPES["prior_question_had_explanation"] = "object"  # True / False / NaN, as served
-TEST_DTYPES["prior_group_answers_correct"] = "object"
-TEST_DTYPES["prior_group_responses"] = "object"
+# The dtypes of the test_df frames served. Where they come from: the competition's data
+# page documents train.csv's types (row_id int64, timestamp int64, user_id int32,
+# content_id int16, content_type_id int8, task_container_id int16,
+# prior_question_elapsed_time float32, prior_question_had_explanation bool) and says the
+# test frames carry the same columns, plus prior_group_answers_correct and
+# prior_group_responses as string representations of lists. That the API serves exactly
+# these numpy dtypes is NOT verified (the example test CSV carries no dtypes); the
+# explanation flag is served as object (True / False / NaN: blank on a first bundle), also
+# unverified. tests/test_stream.py pins this table to the literal types above.
+TEST_DTYPES = {
+    "row_id": "int64",
+    "timestamp": "int64",
+    "user_id": "int32",
+    "content_id": "int16",
+    "content_type_id": "int8",
+    "task_container_id": "int16",
+    "prior_question_elapsed_time": "float32",
+    "prior_question_had_explanation": "object",
+    "prior_group_answers_correct": "object",
+    "prior_group_responses": "object",
+}
 
 
 class StreamError(RuntimeError):
@@ -43,6 +60,9 @@ class EmulatorConfig:
     seed: int = 0
     # The real API served up to about a thousand students per group (Riiid's data page).
     max_group_students: int = 1000
+    # (low, high): rows per group drawn uniformly in low..high instead, as in the real
+    # example stream (groups of 18 to 33 rows, 15 to 23 students, many interleaved)
+    group_rows: tuple[int, int] | None = None
 
 
 def stream_frame(arrays: TrainArrays, stream_index: np.ndarray) -> pd.DataFrame:
@@ -63,11 +83,15 @@ def stream_frame(arrays: TrainArrays, stream_index: np.ndarray) -> pd.DataFrame:
 
 
 def group_order(frame: pd.DataFrame, config: EmulatorConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Cut the stream into groups of whole containers, at most one per student.
+    """Cut the stream into groups of whole containers, at most one question container per
+    student (a lecture container rides along: it never counts toward that limit, so a
+    student's lecture and next question bundle can share a group, as in the real API).
 
-    Containers are taken in stream order; group g holds up to n_g students (n_g drawn
-    log-uniformly in 1..max_group_students). A container whose student already has one in
-    the group that is filling goes to the student's next group instead, so each student's
+    Containers are taken in stream order. Group g holds up to n_g students' question
+    containers (n_g drawn log-uniformly in 1..max_group_students), or, with group_rows,
+    up to its number of rows (drawn uniformly in that range; the container that reaches
+    it closes the group). A question container whose student already has one in the
+    group that is filling goes to the student's next group instead, so each student's
     containers keep their order and groups stay close to time order even when few
     students are active at once.
 
@@ -79,8 +103,17 @@ def group_order(frame: pd.DataFrame, config: EmulatorConfig) -> tuple[np.ndarray
     container = frame["task_container_id"].to_numpy()
     starts = opens_container(time, container, np.r_[True, user[1:] != user[:-1]][: len(user)])
     first = np.flatnonzero(starts)
+    rows = np.diff(np.append(first, len(frame)))
+    question = frame["content_type_id"].to_numpy()[first] == QUESTION
     rng = np.random.default_rng(config.seed)
     top = np.log(config.max_group_students + 1)
+
+    def draw_capacity() -> int:
+        if config.group_rows is not None:
+            low, high = config.group_rows
+            return int(rng.integers(low, high + 1))
+        return max(1, int(np.exp(rng.uniform(0, top))))
+
     capacity: list[int] = []
     fill: list[int] = []
     next_group: dict[int, int] = {}
@@ -91,17 +124,21 @@ def group_order(frame: pd.DataFrame, config: EmulatorConfig) -> tuple[np.ndarray
         g = max(next_group.get(student, 0), lowest_open)
         while True:
             while g >= len(capacity):
-                capacity.append(max(1, int(np.exp(rng.uniform(0, top)))))
+                capacity.append(draw_capacity())
                 fill.append(0)
             if fill[g] < capacity[g]:
                 break
             g += 1
         assigned[c] = g
-        fill[g] += 1
-        next_group[student] = g + 1
+        if config.group_rows is not None:
+            fill[g] += int(rows[c])
+        elif question[c]:
+            fill[g] += 1
+        if question[c]:
+            next_group[student] = g + 1
         while lowest_open < len(capacity) and fill[lowest_open] >= capacity[lowest_open]:
             lowest_open += 1
-    row_group = np.repeat(assigned, np.diff(np.append(first, len(frame))))
+    row_group = np.repeat(assigned, rows)
     order = np.lexsort((np.arange(len(frame)), row_group))
     sizes = np.bincount(row_group)
     sizes = sizes[sizes > 0]

@@ -48,6 +48,11 @@ class InferConfig:
     device: str = option("auto", "auto: CUDA when present", choices=("auto", "cpu", "cuda"))
     seed: int = option(0, "seed of the emulated stream's group sizes")
     max_group_students: int = option(1000, "most students in one emulated group")
+    group_rows: tuple[int, ...] = option(
+        (),
+        "MIN,MAX: emulated groups of MIN to MAX rows, many students each (the real example "
+        "test: 18,33) instead of a log-uniform number of students",
+    )
     cache_students: int = option(
         4096, "students whose model cache stays in memory (LRU beyond; rebuilt from the ring)"
     )
@@ -60,6 +65,14 @@ class InferConfig:
         "past this many GB (the total is in stream_summary.json)",
         metavar="GB",
     )
+
+    def __post_init__(self) -> None:
+        if self.group_rows and (
+            len(self.group_rows) != 2 or not 0 < self.group_rows[0] <= self.group_rows[1]
+        ):
+            raise ValueError(
+                f"group_rows: expected MIN,MAX with 0 < MIN <= MAX, got {self.group_rows}"
+            )
 
     @property
     def max_state_bytes(self) -> int | None:
@@ -145,7 +158,9 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
     state = fold_state(output_dir, config, model, device, dataset)
     arrays, parts = dataset.arrays, dataset.parts
     del dataset  # the sequences are not needed while streaming
-    env = Emulator.from_fold(arrays, fold, EmulatorConfig(config.seed, config.max_group_students))
+    rows = tuple(config.group_rows) or None
+    emulated = EmulatorConfig(config.seed, config.max_group_students, rows)
+    env = Emulator.from_fold(arrays, fold, emulated)
     timing = stream_loop(env, state, config.progress)
     results = env.results()
     student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1

@@ -47,6 +47,9 @@ class TrainConfig:
         "autocast: auto is bf16 (or fp16) on CUDA, off on CPU",
         choices=("auto", "bf16", "fp16", "off"),
     )
+    compile: bool = option(
+        False, "torch.compile the training model (dynamic shapes; pays off on CUDA)"
+    )
     resume: bool = option(False, "continue from the fold's newest epoch checkpoint")
     patience: int = option(3, "epochs without a better selection AUC before stopping")
     select_on: str = option(

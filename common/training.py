@@ -127,11 +127,13 @@ class Trainer:
         if self.config.tags:
             install_tags(self.model, self.data.questions)
         self.train_model = self.model
+        if self.config.compile:  # validation and checkpoints keep the plain module
+            self.train_model = torch.compile(self.model, dynamic=True)
         if self.dist.world > 1:
             # buffers are not broadcast: the rotary table grows lazily to each rank's
             # largest position, and the difficulty buckets are computed alike on every rank
             self.train_model = torch.nn.parallel.DistributedDataParallel(
-                self.model,
+                self.train_model,
                 device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 broadcast_buffers=False,
             )

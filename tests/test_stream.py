@@ -30,7 +30,7 @@ from common.layout import DATA_SUBDIR
 from common.model import SAINT, ModelConfig
 from common.online import OnlineState, Snapshot, build_snapshot
 from common.predict import predict_tails, to_tensors
-from common.schema import TEST_COLUMNS
+from common.schema import TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 from common.tags import install_tags, tag_shape
 from common.training import Trainer
 from tests.helpers import REPO, make_tiny_demo, preprocess_real_rows, shared_file, train_config
@@ -66,6 +66,16 @@ def example_rows() -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
     return example, rows, sizes
 
 
+# the test frames' types as the competition's data page gives them (common/emulator.py:
+# TEST_DTYPES says which are documented and which are not verified)
+DOCUMENTED_DTYPES = {
+    "row_id": "int64", "timestamp": "int64", "user_id": "int32", "content_id": "int16",
+    "content_type_id": "int8", "task_container_id": "int16",
+    "prior_question_elapsed_time": "float32", "prior_question_had_explanation": "object",
+    "prior_group_answers_correct": "object", "prior_group_responses": "object",
+}  # fmt: skip
+
+
 def test_emulator_reproduces_the_real_example_stream():
     example, rows, sizes = example_rows()
     env = Emulator(rows, group_sizes=sizes)
@@ -76,7 +86,7 @@ def test_emulator_reproduces_the_real_example_stream():
         want = expected.loc[[group]]
         assert list(test_df.columns) == TEST_COLUMNS == list(want.columns)
         assert test_df.index.name == "group_num" and test_df.index.dtype == np.int64
-        assert test_df.dtypes.to_dict() == want.dtypes.to_dict()
+        assert {c: str(t) for c, t in test_df.dtypes.items()} == DOCUMENTED_DTYPES
         pd.testing.assert_frame_equal(test_df, want)
         # the string-encoded lists, byte for byte (group 0 carries '[]')
         assert (
@@ -101,7 +111,7 @@ def test_lectures_are_served_but_not_predicted(tmp_path):
     make_folds(output_dir, FoldConfig(n_folds=5, seed=1, strategy="unseen"))
     frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
     env = Emulator(frame, EmulatorConfig(seed=3, max_group_students=50))
-    lectures = 0
+    lectures = shared = 0
     previous_rows = None
     # the first 1,500 of the stream's ~8,500 groups (a group holds at most one container
     # per student: most are small) meet every rule checked here, lectures included
@@ -109,12 +119,51 @@ def test_lectures_are_served_but_not_predicted(tmp_path):
         lecture = test_df["content_type_id"].to_numpy() == 1
         lectures += int(lecture.sum())
         assert set(sample["row_id"]) == set(test_df["row_id"][~lecture])
-        assert test_df.groupby("user_id")["task_container_id"].nunique().max() == 1
+        questions = test_df[~lecture]
+        assert questions.groupby("user_id")["task_container_id"].nunique().max() == 1
+        shared += int(test_df[lecture]["user_id"].isin(questions["user_id"]).sum())
         if previous_rows is not None:  # lists cover every row of the previous group
             assert len(json.loads(test_df["prior_group_answers_correct"].iloc[0])) == previous_rows
         previous_rows = len(test_df)
         env.predict(sample)
     assert lectures > 0
+    # a lecture never counts as the student's one question bundle of the group: some
+    # arrive beside that student's next bundle
+    assert shared > 0
+
+
+def interleaved_stream(n_students: int = 200, containers: int = 6) -> pd.DataFrame:
+    """Many students active at once, in time order: each student's containers are one or
+    two questions (a bundle) or a lecture, one container per student per time step."""
+    rng = np.random.default_rng(4)
+    rows = []
+    for step in range(containers):
+        for student in rng.permutation(n_students):
+            kind = rng.integers(0, 3)  # 0: one question, 1: a bundle of two, 2: a lecture
+            for _ in range(2 if kind == 1 else 1):
+                rows.append(
+                    (len(rows), 1000 * step + int(student), 100 + int(student), 7,
+                     int(kind == 2), step, 1, 1, 5000.0, True)
+                )  # fmt: skip
+    frame = pd.DataFrame(rows, columns=TRAIN_COLUMNS)
+    return frame.astype({c: TRAIN_DTYPES[c] for c in TRAIN_COLUMNS})
+
+
+def test_groups_sized_like_the_real_example():
+    """group_rows: groups of 18 to 33 rows (the real example's range) holding many
+    students, still one question bundle per student per group, every row served once."""
+    frame = interleaved_stream()
+    env = Emulator(frame, EmulatorConfig(seed=2, group_rows=(18, 33)))
+    sizes = np.diff(env.bounds)
+    # a group closes with the container that reaches its size: at most a bundle beyond
+    assert sizes[:-1].min() >= 18 and sizes.max() <= 33 + 1, np.bincount(sizes)
+    assert len(np.unique(sizes)) > 8  # drawn, not one size
+    for test_df, sample in env.iter_test():
+        questions = test_df[test_df["content_type_id"] == 0]
+        assert questions.groupby("user_id")["task_container_id"].nunique().max() <= 1
+        assert test_df["user_id"].nunique() >= 9  # at most two rows per student's bundle
+        env.predict(sample)
+    assert env.bounds[-1] == len(frame)
 
 
 BAD_PREDICTIONS = [

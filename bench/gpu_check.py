@@ -1,0 +1,126 @@
+"""The GPU check: one script, one table, under 10 minutes on one GPU.
+
+Steps, each a process of its own (what a user runs):
+  1. training throughput at the reference size (d_model 256, 2+2 layers, window 100,
+     batch 512) in bf16, without and with torch.compile (bench_train.py);
+  2. a short demo training on the device (03_train.py, 2 epochs of the small-data recipe):
+     interactions/s and the inner-split AUC;
+  3. streaming at d256 through 04_infer.py on the device, in groups like the real example
+     test (bench_stream.py).
+Targets on one H200-class GPU: training at least 1M interactions/s at the reference size
+(a full Riiid epoch of about 100M interactions in under 2 minutes), streaming at least
+10,000 rows/s.
+
+    python bench/gpu_check.py                       # on a machine with CUDA
+    python bench/gpu_check.py --device cpu --quick  # the same steps, tiny, on a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from benchlib import REPO, WORK, Report, link_data, make_demo, results_flag, run, script
+
+from common.tables import markdown_table
+
+TRAIN_TARGET = 1_000_000  # interactions/s at the reference size, one H200-class GPU
+STREAM_TARGET = 10_000  # rows/s at d256
+RIIID_INTERACTIONS = 101_230_332  # rows of the real train.csv (an epoch's upper bound)
+
+
+def bench(name: str, *args: object) -> list[str]:
+    return [sys.executable, str(REPO / "bench" / name), *map(str, args)]
+
+
+def train_rate(args: argparse.Namespace, data_out: Path, compile_: bool, say: Report) -> float:
+    """bench_train.py's median interactions/s at the reference size."""
+    config = "demo" if args.quick else "d256"
+    steps = ("--steps", 2, "--warmup", 1, "--repeats", 1) if args.quick else ("--steps", 20)
+    results = args.work_dir / f"train_{'compiled' if compile_ else 'eager'}.txt"
+    command = bench("bench_train.py", "--data-dir", data_out, "--configs", config, *steps)
+    command += ["--device", args.device, "--amp", args.amp, "--results", str(results)]
+    command += ["--work-dir", str(args.work_dir / "train")] + (["--compile"] if compile_ else [])
+    run(command, say=say)
+    found = re.search(rf"^{config}: ([\d,]+) interactions/s", results.read_text(), re.M)
+    return float(found.group(1).replace(",", ""))
+
+
+def demo_training(args: argparse.Namespace, data_out: Path, say: Report) -> dict:
+    """03_train.py for 2 epochs on the device: the last epoch's interactions/s and AUC."""
+    out = link_data(args.work_dir / "demo_run", data_out)
+    flags = ["--output-dir", out, "--device", args.device, "--amp", args.amp, "--epochs", 2]
+    flags += ["--d-model", 64, "--layers", 2, "--heads", 4, "--batch-size", 64, "--lr", 2e-3]
+    flags += ["--warmup", 100, "--no-progress"]
+    run(script("03_train.py", *flags), say=say)
+    with open(out / "fold0" / "history.csv") as f:
+        last = list(csv.DictReader(f))[-1]
+    return {"rate": float(last["interactions_per_s"]), "auc": float(last["inner_auc"])}
+
+
+def stream_rate(args: argparse.Namespace, say: Report) -> float:
+    """bench_stream.py at d256 with 04_infer.py on the device."""
+    users = 300 if args.quick else args.users
+    config = "demo" if args.quick else "d256"
+    command = bench("bench_stream.py", "--users", users, "--configs", config)
+    command += ["--work-dir", str(args.work_dir), "--results", str(args.work_dir / "stream.txt")]
+    run([*command, "--", "--device", args.device], say=say)
+    summary = args.work_dir / f"stream_{config}" / "fold0" / "stream_summary.json"
+    return float(json.loads(summary.read_text())["rows_per_s"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--amp", choices=("bf16", "fp16", "off"), default="bf16")
+    parser.add_argument("--users", type=int, default=5000, help="demo students (streaming)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script")
+    parser.add_argument("--no-compile", action="store_true", help="skip the compiled run")
+    parser.add_argument("--work-dir", type=Path, default=WORK / "gpu_check")
+    results_flag(parser, "gpu_check")
+    args = parser.parse_args()
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    say = Report("gpu_check", args.results)
+    say.header("GPU check (bench/gpu_check.py)")
+    begin = time.perf_counter()
+    users = 200 if args.quick else 3000
+    data = args.work_dir / f"demo{users}"
+    data_out = make_demo(data / "input", data / "out", users, 0, ("--n-folds", "5"), say=say)
+    eager = train_rate(args, data_out, False, say)
+    compiled = None if args.no_compile else train_rate(args, data_out, True, say)
+    demo = demo_training(args, data_out, say)
+    stream = stream_rate(args, say)
+
+    def epoch_minutes(rate: float) -> str:
+        return f"{RIIID_INTERACTIONS / rate / 60:.1f} min per Riiid epoch"
+
+    size = "demo size (--quick)" if args.quick else "reference size"
+    model = "demo" if args.quick else "d256"
+    rows = [
+        [f"training, {size}, eager", f"{eager:,.0f} interactions/s", "≥ 1,000,000",
+         epoch_minutes(eager)],
+        [f"training, {size}, torch.compile",
+         "—" if compiled is None else f"{compiled:,.0f} interactions/s", "≥ 1,000,000",
+         "" if compiled is None else epoch_minutes(compiled)],
+        ["03 demo recipe, 2 epochs", f"{demo['rate']:,.0f} interactions/s", "—",
+         f"inner AUC {demo['auc']:.4f}"],
+        [f"04 streaming, {model}, groups of 18-33 rows", f"{stream:,.0f} rows/s", "≥ 10,000",
+         f"{2_500_000 / stream / 60:.0f} min for 2.5M rows"],
+    ]  # fmt: skip
+    say()
+    say(markdown_table(["step", "measured", "target", "reading"], rows).rstrip("\n"))
+    say(f"\ndevice {args.device}, amp {args.amp}; the whole check took "
+        f"{time.perf_counter() - begin:.0f} s")  # fmt: skip
+    say.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
