@@ -36,19 +36,11 @@ from common.schema import QUESTION, TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 # prior_group_responses as string representations of lists. That the API serves exactly
 # these numpy dtypes is NOT verified (the example test CSV carries no dtypes); the
 # explanation flag is served as object (True / False / NaN: blank on a first bundle), also
-# unverified. tests/test_stream.py pins this table to the literal types above.
-TEST_DTYPES = {
-    "row_id": "int64",
-    "timestamp": "int64",
-    "user_id": "int32",
-    "content_id": "int16",
-    "content_type_id": "int8",
-    "task_container_id": "int16",
-    "prior_question_elapsed_time": "float32",
-    "prior_question_had_explanation": "object",
-    "prior_group_answers_correct": "object",
-    "prior_group_responses": "object",
-}
+# unverified. tests/test_stream.py pins the served types to the literal types above.
+TEST_DTYPES = {name: TRAIN_DTYPES[name] for name in TEST_COLUMNS if name in TRAIN_DTYPES}
+TEST_DTYPES["prior_question_had_explanation"] = "object"  # True / False / NaN, as served
+TEST_DTYPES["prior_group_answers_correct"] = "object"  # a string per group's first row
+TEST_DTYPES["prior_group_responses"] = "object"
 
 
 class StreamError(RuntimeError):
