@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from common import cli, layout
+from common.errors import UserError
 from common.inference import InferConfig, export_kaggle, run_competition, run_emulated
 
 
@@ -51,22 +52,26 @@ def main(argv: list[str] | None = None) -> int:
 
 def infer(config: InferConfig, args) -> None:
     if args.competition or importlib.util.find_spec("riiideducation") is not None:
-        run_competition(
-            args.model_dir, config.fold, config.device, config.cache_students,
-            config.max_state_bytes,
-        )  # fmt: skip
+        run_competition(args.model_dir, config)
+        return
+    if config.full:  # nothing to stream: the full-data model has seen every student
+        if args.no_export:
+            raise UserError("--full exports the full-data model's bundle: drop --no-export")
+        export(config, args)
         return
     summary = run_emulated(args.output_dir, config)
     fold_dir = layout.fold_dir(args.output_dir, config.fold)
     print((fold_dir / "stream_metrics.md").read_text())
     print(json.dumps({k: summary[k] for k in ("auc", "rows", "groups", "rows_per_s")}))
     if not args.no_export:
-        dest = export_kaggle(
-            args.output_dir, config.fold, args.kaggle_dir or args.output_dir,
-            args.kaggle_dataset_id,
-        )  # fmt: skip
-        print(f"Kaggle bundle in {dest} (upload: kaggle datasets create -p {dest})")
+        export(config, args)
     print(f"wrote {fold_dir / 'submission.csv'}")
+
+
+def export(config: InferConfig, args) -> None:
+    dest = args.kaggle_dir or args.output_dir
+    export_kaggle(args.output_dir, config, dest, args.kaggle_dataset_id)
+    print(f"Kaggle bundle in {dest} (upload: kaggle datasets create -p {dest})")
 
 
 if __name__ == "__main__":

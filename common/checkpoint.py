@@ -13,6 +13,7 @@ import torch
 
 from common.errors import UserError
 from common.files import atomic_file
+from common.layout import FOLD_PREFIX
 from common.model import SAINT, ModelConfig
 
 
@@ -158,3 +159,20 @@ def check_resumable(
             f"{(recorded_folds or {}).get('sha256')}) than those on disk now "
             f"({fingerprint['sha256']}); start in another --output-dir"
         )
+
+
+def cv_epochs(output_dir: str | Path, say: bool = True) -> int:
+    """The full-data run's epoch count: the median best epoch of the CV folds' best.pt
+    (each chosen by its fold's selection), rounded."""
+    found = {}
+    for path in sorted(Path(output_dir).glob(f"{FOLD_PREFIX}*/best.pt")):
+        found[path.parent.name] = int(read_checkpoint(path, "cpu")["best_epoch"])
+    if not found:
+        raise CheckpointError(
+            f"--epochs 0 takes the epoch count from the CV folds, but {output_dir} has no "
+            "fold*/best.pt: train the folds first, or give --epochs"
+        )
+    epochs = max(1, round(float(np.median(list(found.values())))))
+    if say:
+        print(f"epochs from CV: best epochs {found}, median {epochs}")
+    return epochs

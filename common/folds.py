@@ -457,3 +457,16 @@ def load_fold_data(
         fit_length=fit_length,
         fingerprint=fold_fingerprint(output_dir, fold_index),
     )
+
+
+def load_full_data(output_dir: str | Path, dataset: Dataset | None = None) -> FoldData:
+    """Every question of every student as training data (03 --full-data, the submission's
+    model): no validation tails, no inner split, no fold fingerprint."""
+    dataset = dataset or Dataset.load(output_dir)
+    lengths = dataset.sequences.lengths().astype(np.int64)
+    return FoldData(
+        sequences=dataset.sequences,
+        train_length=lengths,
+        n_questions=dataset.n_questions,
+        questions=dataset.questions,
+    )

@@ -34,7 +34,7 @@ from common.device import resolve_device
 from common.emulator import Emulator, EmulatorConfig
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
-from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, state_dir
+from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, model_dir, state_dir
 from common.metrics import slice_table, student_and_part_slices
 from common.online import OnlineState, Snapshot, build_snapshot
 
@@ -45,6 +45,11 @@ REPO_DIR = PACKAGE_DIR.parent
 @dataclass
 class InferConfig:
     fold: int = option(0, "the fold whose validation rows are streamed")
+    full: bool = option(
+        False,
+        "export the full-data model (output/full/, from 03 --full-data) as the Kaggle bundle "
+        "instead of streaming a fold (it has no validation rows)",
+    )
     device: str = option("auto", "auto: CUDA when present", choices=("auto", "cpu", "cuda"))
     seed: int = option(0, "seed of the emulated stream's group sizes")
     max_group_students: int = option(1000, "most students in one emulated group")
@@ -227,13 +232,16 @@ def full_snapshot(dataset: Dataset, keep_last: int) -> Snapshot:
     return build_snapshot(sequences, dataset.arrays.users, sequences.lengths(), keep_last)
 
 
-def export_kaggle(output_dir: Path, fold: int, dest: Path, dataset_id: str) -> Path:
-    """Write the offline bundle a Kaggle notebook needs (see the module docstring)."""
+def export_kaggle(output_dir: Path, config: InferConfig, dest: Path, dataset_id: str) -> Path:
+    """Write the offline bundle a Kaggle notebook needs (see the module docstring): the
+    checkpoint 04 streamed (config.checkpoint of fold{k}/), or the full-data model's
+    best.pt (config.full), as the bundle's <fold{k} or full>/best.pt."""
     dest.mkdir(parents=True, exist_ok=True)
-    checkpoint = fold_dir(output_dir, fold) / "best.pt"
+    checkpoint = model_dir(output_dir, config.fold, config.full) / config.checkpoint
     model, _ = load_model(checkpoint, "cpu")
-    if dest.resolve() != output_dir.resolve():
-        with atomic_file(fold_dir(dest, fold) / "best.pt") as tmp:
+    bundled = model_dir(dest, config.fold, config.full) / "best.pt"
+    if checkpoint.resolve() != bundled.resolve():
+        with atomic_file(bundled) as tmp:
             shutil.copyfile(checkpoint, tmp)
     dataset = Dataset.load(output_dir)
     full_snapshot(dataset, model.config.receptive_field).save(state_dir(dest) / "snapshot.npz")
@@ -251,7 +259,8 @@ def export_kaggle(output_dir: Path, fold: int, dest: Path, dataset_id: str) -> P
         dest / "dataset-metadata.json",
         {"title": "Riiid SAINT model", "id": dataset_id, "licenses": [{"name": "CC0-1.0"}]},
     )
-    write_text(dest / "KAGGLE.md", KAGGLE_NOTE.format(fold=fold))
+    which = "--full" if config.full else f"--fold {config.fold}"
+    write_text(dest / "KAGGLE.md", KAGGLE_NOTE.format(which=which))
     return dest
 
 
@@ -261,28 +270,25 @@ Add this dataset to a notebook of the Riiid! Answer Correctness Prediction compe
 (internet off), then run one cell:
 
     !python /kaggle/input/<this-dataset>/code/04_infer.py --competition \\
-        --model-dir /kaggle/input/<this-dataset> --fold {fold}
+        --model-dir /kaggle/input/<this-dataset> {which}
 
 04_infer.py imports the competition's `riiideducation` module, streams every test group
 through the same online state as the local emulator, and the API writes submission.csv.
 """
 
 
-def run_competition(
-    model_dir: Path,
-    fold: int,
-    device_name: str,
-    cache_students: int,
-    max_state_bytes: int | None = None,
-) -> dict:
-    """The same loop against the real `riiideducation` API (in a Kaggle notebook)."""
+def run_competition(bundle: Path, config: InferConfig) -> dict:
+    """The same loop against the real `riiideducation` API (in a Kaggle notebook), with
+    the bundle's model (<fold{k} or full>/best.pt) and state."""
     import riiideducation  # only present in the competition's notebooks
 
-    device = resolve_device(device_name)
-    model, _ = load_model(fold_dir(model_dir, fold) / "best.pt", device)
-    snapshot = Snapshot.load(state_dir(model_dir) / "snapshot.npz")
-    parts = question_parts(pd.read_parquet(state_dir(model_dir) / "questions.parquet"))
-    state = OnlineState(model, parts, device, snapshot, cache_students, max_state_bytes)
+    device = resolve_device(config.device)
+    model, _ = load_model(model_dir(bundle, config.fold, config.full) / "best.pt", device)
+    snapshot = Snapshot.load(state_dir(bundle) / "snapshot.npz")
+    parts = question_parts(pd.read_parquet(state_dir(bundle) / "questions.parquet"))
+    state = OnlineState(
+        model, parts, device, snapshot, config.cache_students, config.max_state_bytes
+    )
     env = riiideducation.make_env()
     timing = stream_loop(env, state, progress=False)
     print(json.dumps(timing))

@@ -3,6 +3,7 @@
 <output>/data/               stage 1: arrays/, questions.parquet, lectures.parquet, ...
 <output>/folds/              stage 2: fold{k}.npz and the fold manifest
 <output>/fold{k}/            stages 3 and 4: checkpoints, history.csv, stream predictions
+<output>/full/               03 --full-data: the submission's model, every student trained
 <output>/report.md, report/  stage 5: the report and its figures
 <bundle>/state/, code/       the Kaggle bundle 04 writes (see common/inference.py)
 """
@@ -15,6 +16,8 @@ DATA_SUBDIR = "data"
 ARRAYS_SUBDIR = "arrays"  # inside data/
 FOLDS_SUBDIR = "folds"
 REPORT_SUBDIR = "report"
+FOLD_PREFIX = "fold"  # fold{k}/
+FULL_SUBDIR = "full"
 STATE_SUBDIR = "state"  # the bundle's online state: snapshot.npz, questions.parquet
 CODE_SUBDIR = "code"  # the bundle's copy of the package and 04_infer.py
 # in fold{k}/, written by 04 and read by 05
@@ -37,7 +40,17 @@ def fold_file(output_dir: str | Path, fold: int) -> Path:
 
 def fold_dir(output_dir: str | Path, fold: int) -> Path:
     """Where stages 3 and 4 write for fold `fold`."""
-    return Path(output_dir) / f"fold{fold}"
+    return Path(output_dir) / f"{FOLD_PREFIX}{fold}"
+
+
+def full_dir(output_dir: str | Path) -> Path:
+    """Where 03 --full-data writes the model trained on every student."""
+    return Path(output_dir) / FULL_SUBDIR
+
+
+def model_dir(output_dir: str | Path, fold: int, full: bool = False) -> Path:
+    """The folder of a run's checkpoints: full/ for the full-data model, else fold{k}/."""
+    return full_dir(output_dir) if full else fold_dir(output_dir, fold)
 
 
 def report_dir(output_dir: str | Path) -> Path:

@@ -15,6 +15,13 @@ from common.model import MODEL_PRESETS, ModelConfig
 @dataclass
 class TrainConfig:
     fold: int = option(0, "the fold to train (validation rows: folds/fold{k}.npz)")
+    # the submission's model: README, "Training the submission"
+    full_data: bool = option(
+        False,
+        "train on every question of every student into output/full/ (no validation, no "
+        "selection: best.pt is the last epoch); --epochs 0 takes the CV folds' median best "
+        "epoch",
+    )
     epochs: int = option(20, "most epochs (early stopping may end sooner)")
     batch_size: int = option(
         0,
@@ -68,6 +75,8 @@ class TrainConfig:
     distill_temperature: float = option(2.0, "distillation temperature")
 
     def __post_init__(self) -> None:
+        if self.epochs < 0 or (self.epochs == 0 and not self.full_data):
+            raise ValueError("--epochs must be >= 1 (0, from the CV folds, needs --full-data)")
         if self.model.question_embedding == "rasch" and not self.tags:
             raise ValueError("question_embedding 'rasch' needs the questions' tags (--tags)")
 

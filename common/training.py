@@ -19,7 +19,7 @@ import math
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from common.checkpoint import (
     check_resumable,
+    cv_epochs,
     latest_epoch_checkpoint,
     read_checkpoint,
     rng_state,
@@ -41,8 +42,8 @@ from common.difficulty import install_difficulty, out_of_fold_buckets
 from common.distill import check_distill_options, distillation_loss, load_teacher
 from common.features import window_inputs
 from common.files import atomic_file, remove_stale_temp_files, write_json, write_run_record
-from common.folds import FoldData, Tails, load_fold_data
-from common.layout import fold_dir
+from common.folds import FoldData, Tails, load_fold_data, load_full_data
+from common.layout import model_dir
 from common.metrics import auc_or_nan, binary_log_loss
 from common.model import SAINT
 from common.predict import predict_tails, to_tensors
@@ -89,7 +90,7 @@ class Trainer:
     dist: Distributed = field(default_factory=Distributed)
 
     def __post_init__(self) -> None:
-        self.fold_dir = fold_dir(self.output_dir, self.config.fold)
+        self.fold_dir = model_dir(self.output_dir, self.config.fold, self.config.full_data)
         self.fold_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(self.config.seed)
         np.random.seed(self.config.seed)
@@ -165,6 +166,8 @@ class Trainer:
         self.history: list[dict] = []
 
     def _check_selection(self) -> None:
+        if self.config.full_data:
+            return  # nothing is held out: every epoch's model is the last and the best
         if self.config.select_on not in ("inner", "fold"):
             raise ValueError(f"select_on must be inner or fold, got {self.config.select_on!r}")
         if self.config.select_on == "inner" and len(self.data.inner_tails.students) == 0:
@@ -203,7 +206,7 @@ class Trainer:
             "step": self.step,
             "best_auc": self.best_auc,
             "best_epoch": self.best_epoch,
-            "fold": self.config.fold,
+            "fold": None if self.config.full_data else self.config.fold,
             "fold_fingerprint": self.data.fingerprint,
             "selected_on": self.config.select_on,
             "resolved": self.resolved(),
@@ -395,7 +398,10 @@ class Trainer:
         data, config = self.data, self.config
         inner = data.inner_tails
         selection = (
-            f"selection on an inner split of {len(inner.students):,} training students "
+            f"full data: {len(data.fit_length):,} students' {int(data.fit_length.sum()):,} "
+            "questions all train; nothing is validated, best.pt is the last epoch"
+            if config.full_data
+            else f"selection on an inner split of {len(inner.students):,} training students "
             f"({int((inner.end - inner.history).sum()):,} questions, share "
             f"{config.inner_share:g}); the fold's {len(data.valid_students):,} validation "
             f"students are logged only"
@@ -439,7 +445,8 @@ class Trainer:
                 clock = time.perf_counter()
                 if len(self.data.inner_tails.students):
                     inner_loss, inner_auc, _ = self.validate(self.data.inner_tails)
-                fold_loss, fold_auc, _ = self.validate(self.data.fold_tails)
+                if len(self.data.fold_tails.students):
+                    fold_loss, fold_auc, _ = self.validate(self.data.fold_tails)
                 valid_seconds = time.perf_counter() - clock
             selected = inner_auc if config.select_on == "inner" else fold_auc
             selected = self.dist.broadcast(selected)
@@ -456,7 +463,7 @@ class Trainer:
                 self.optimizer.param_groups[0]["lr"],
             )
             self.history.append(asdict(record))
-            improved = not math.isnan(selected) and selected > self.best_auc
+            improved = config.full_data or (not math.isnan(selected) and selected > self.best_auc)
             if improved:
                 self.best_auc, self.best_epoch = selected, self.epoch
             if self.dist.main:
@@ -490,7 +497,8 @@ class Trainer:
 
 
 def train(config: TrainConfig, output_dir: str | Path) -> list[dict]:
-    """Train fold `config.fold` from `<output_dir>/data` and `<output_dir>/folds`."""
+    """Train fold `config.fold` from `<output_dir>/data` and `<output_dir>/folds`, or
+    (full_data) every student from `<output_dir>/data`."""
     dist_info = Distributed.from_env()
     device = resolve_device(config.device)
     if device.type == "cuda" and dist_info.world > 1:
@@ -498,8 +506,13 @@ def train(config: TrainConfig, output_dir: str | Path) -> list[dict]:
         torch.cuda.set_device(device)
     dist_info.init(device)
     try:
-        inner_share = config.inner_share if config.select_on == "inner" else 0.0
-        data = load_fold_data(output_dir, config.fold, inner_share, config.seed)
+        if config.full_data:
+            data = load_full_data(output_dir)
+            if config.epochs == 0:
+                config = replace(config, epochs=cv_epochs(output_dir, dist_info.main))
+        else:
+            inner_share = config.inner_share if config.select_on == "inner" else 0.0
+            data = load_fold_data(output_dir, config.fold, inner_share, config.seed)
         trainer = Trainer(config, Path(output_dir), data, device, dist_info)
         return trainer.fit()
     finally:

@@ -709,6 +709,25 @@ def test_same_checkpoint_same_predictions(demo, trained, streamed, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_bundle_holds_the_checkpoint_that_was_streamed(demo, trained, tmp_path):
+    """04 --checkpoint epoch_NN.pt streams that epoch, and the bundle it exports carries
+    that very checkpoint (as <fold>/best.pt), not the fold's best.pt."""
+    best_epoch = torch.load(trained / "fold0" / "best.pt", weights_only=False)["best_epoch"]
+    other = next(e for e in range(1, EPOCHS + 1) if e != best_epoch)
+    streamed_path = trained / "fold0" / f"epoch_{other:02d}.pt"
+    out, bundle = fresh_run(demo, tmp_path / "run", trained / "fold0"), tmp_path / "bundle"
+    flags = ("--checkpoint", streamed_path.name, "--kaggle-dir", bundle)
+    done = run("04_infer.py", "--output-dir", out, "--fold", 0, "--no-progress", *flags)
+    assert done.returncode == 0, done.stderr
+
+    def digest(path: Path) -> str:
+        return torch.load(path, weights_only=False)["model_digest"]
+
+    assert digest(bundle / "fold0" / "best.pt") == digest(streamed_path)
+    assert digest(streamed_path) != digest(trained / "fold0" / "best.pt")
+
+
+@pytest.mark.slow
 def test_every_stage_records_its_run(demo, streamed, tmp_path):
     evaluated = tmp_path / "evaluated"
     evaluated.mkdir()

@@ -25,7 +25,7 @@ from common.data import TrainArrays, load_questions, question_parts
 from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
 from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
 from common.folds import Fold, FoldConfig, load_fold_data, make_folds
-from common.inference import export_kaggle, stream_loop
+from common.inference import InferConfig, export_kaggle, stream_loop
 from common.layout import DATA_SUBDIR
 from common.model import SAINT, ModelConfig
 from common.online import OnlineState, Snapshot, build_snapshot
@@ -523,7 +523,9 @@ def test_kaggle_bundle_runs_alone(demo_dir, tmp_path):
         fold_dir / "best.pt",
         {"model_config": model.config.to_dict(), "model_state": model.state_dict()},
     )
-    bundle = export_kaggle(demo_dir, 0, tmp_path / "bundle", "someone/riiid-saint")
+    bundle = export_kaggle(
+        demo_dir, InferConfig(fold=0), tmp_path / "bundle", "someone/riiid-saint"
+    )
     metadata = json.loads((bundle / "dataset-metadata.json").read_text())
     assert metadata["id"] == "someone/riiid-saint"
     alone = tmp_path / "kaggle" / "input" / "riiid-saint"

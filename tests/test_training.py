@@ -14,7 +14,7 @@ import torch
 from common.checkpoint import load_model, save_checkpoint
 from common.device import autocast_dtype
 from common.features import window_inputs
-from common.folds import load_fold_data
+from common.folds import load_fold_data, load_full_data
 from common.predict import to_tensors
 from common.train_plan import batch_bounds, epoch_spans, micro_batch_groups
 from common.training import Trainer
@@ -129,6 +129,39 @@ def test_early_stopping_after_patience(demo, tmp_path):
     train(out, "--epochs", "6", "--lr", "0", "--patience", "1")
     history = pd.read_csv(out / "fold0" / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, tmp_path):
+    """The submission's model: --full-data trains on every question (no validation, no
+    selection) for the CV folds' median best epoch (--epochs 0), into output/full/, and
+    04 --full bundles that checkpoint."""
+    out = fresh_run(demo, tmp_path)
+    refused = run_numbered_script("03_train.py", "--output-dir", out, "--full-data", "--epochs", 0)
+    assert refused.returncode == 2 and "no fold*/best.pt" in refused.stderr
+    train(out, "--epochs", "3", "--lr", "0", "--patience", "5")  # lr 0: epoch 1 stays best
+    cv_best = torch.load(out / "fold0" / "best.pt", weights_only=False)["best_epoch"]
+    assert cv_best == 1
+    stdout = train(out, "--full-data", "--epochs", "0")
+    assert "epochs from CV: best epochs {'fold0': 1}, median 1" in stdout
+    lengths = load_full_data(out).sequences.lengths()
+    assert f"full data: {len(lengths):,} students' {lengths.sum():,} questions all train" in stdout
+    full = out / "full"
+    best = torch.load(full / "best.pt", weights_only=False)
+    assert best["epoch"] == best["best_epoch"] == 1 and best["fold"] is None
+    assert best["fold_fingerprint"] is None
+    assert pd.read_csv(full / "history.csv")["epoch"].tolist() == [1]
+    data = load_full_data(out)  # every question of every student is a training question
+    assert np.array_equal(data.fit_length, data.sequences.lengths())
+    assert len(data.fold_tails.students) == 0 and len(data.inner_tails.students) == 0
+    bundle = tmp_path / "bundle"
+    flags = ("--output-dir", out, "--full", "--kaggle-dir", bundle, "--no-progress")
+    exported = run_numbered_script("04_infer.py", *flags)
+    assert exported.returncode == 0, exported.stderr
+    bundled = torch.load(bundle / "full" / "best.pt", weights_only=False)
+    assert bundled["model_digest"] == best["model_digest"]
+    assert "--full" in (bundle / "KAGGLE.md").read_text()
+    assert (bundle / "state" / "snapshot.npz").exists() and not (bundle / "fold0").exists()
 
 
 def test_micro_batch_parts_by_hand():
