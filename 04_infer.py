@@ -71,7 +71,10 @@ def infer(config: InferConfig, args) -> None:
 def export(config: InferConfig, args) -> None:
     dest = args.kaggle_dir or args.output_dir
     export_kaggle(args.output_dir, config, dest, args.kaggle_dataset_id)
-    print(f"Kaggle bundle in {dest} (upload: kaggle datasets create -p {dest})")
+    print(
+        f"Kaggle bundle in {dest}; upload: kaggle datasets create -p {dest} --dir-mode zip "
+        f"(later: kaggle datasets version -p {dest} --dir-mode zip -m '<what changed>')"
+    )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 submission and metric table, and the Kaggle-ready bundle.
 
 Kaggle bundle (written into --kaggle-dir, by default the output dir itself):
-    dataset-metadata.json     for `kaggle datasets create -p <dir>`
+    dataset-metadata.json     for `kaggle datasets create -p <dir> --dir-mode zip`
     code/                     the project package and 04_infer.py (nothing to install)
     fold{k}/best.pt           the model, rebuilt from the checkpoint alone
     state/snapshot.npz        every training student's last receptive_field questions (all of
