@@ -1,9 +1,7 @@
-"""Training loop for 03_train.py: optimizer, validation and model selection, what each
-checkpoint records (common/checkpoint.py writes it), resume, early stopping,
-DistributedDataParallel. Its settings: common/train_config.py; its spans, batches and
-schedule: common/train_plan.py.
-
-Training sequences and batches: see common/train_plan.py.
+"""Training loop for 03_train.py: optimizer, validation and model selection, early
+stopping, DistributedDataParallel, the full-data run. Its settings: common/train_config.py;
+its spans, batches and schedule: common/train_plan.py; what it writes and resumes from:
+common/train_outputs.py.
 
 Model selection: with --select-on inner (the default) early stopping and best.pt are
 chosen on an inner validation split carved from the fold's training students
@@ -14,10 +12,8 @@ trained nor selected on them; the fold's AUC is still logged every epoch.
 from __future__ import annotations
 
 import contextlib
-import csv
 import math
 import random
-import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -29,26 +25,21 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common.checkpoint import (
-    check_resumable,
     cv_epochs,
-    latest_epoch_checkpoint,
-    read_checkpoint,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
 )
 from common.device import Distributed, autocast_dtype, resolve_device
 from common.difficulty import install_difficulty, out_of_fold_buckets
 from common.distill import check_distill_options, distillation_loss, load_teacher
 from common.features import window_inputs
-from common.files import atomic_file, remove_stale_temp_files, write_json, write_run_record
+from common.files import write_run_record
 from common.folds import FoldData, Tails, load_fold_data, load_full_data
 from common.layout import model_dir
 from common.metrics import auc_or_nan, binary_log_loss
 from common.model import SAINT
 from common.predict import predict_tails, to_tensors
 from common.tags import install_tags, tag_shape
-from common.train_config import TrainConfig, shaping_changes
+from common.train_config import TrainConfig
+from common.train_outputs import TrainOutputs
 from common.train_plan import (
     batch_bounds,
     batch_windows,
@@ -82,7 +73,7 @@ class EpochRecord:
 
 
 @dataclass
-class Trainer:
+class Trainer(TrainOutputs):
     config: TrainConfig
     output_dir: Path
     data: FoldData
@@ -192,73 +183,6 @@ class Trainer:
         whole = [b for b in bounds if b.stop - b.start >= world]
         steps = [np.arange(b.start, b.stop)[rank::world] for b in whole]
         return spans, steps
-
-    # -- checkpoints -------------------------------------------------------------------
-    def checkpoint_payload(self) -> dict:
-        return {
-            "model_config": self.model_config.to_dict(),
-            "model_state": self.model.state_dict(),
-            "optimizer_state": self.optimizer.state_dict(),
-            "scheduler_state": self.scheduler.state_dict(),
-            "scaler_state": self.scaler.state_dict(),
-            "train_config": asdict(self.config),
-            "epoch": self.epoch,
-            "step": self.step,
-            "best_auc": self.best_auc,
-            "best_epoch": self.best_epoch,
-            "fold": None if self.config.full_data else self.config.fold,
-            "fold_fingerprint": self.data.fingerprint,
-            "selected_on": self.config.select_on,
-            "resolved": self.resolved(),
-            "history": self.history,
-            "rng_state": rng_state(),
-            "teacher": None
-            if self.teacher is None
-            else {
-                "path": str(Path(self.config.teacher).resolve()),
-                "model_config": self.teacher.config.to_dict(),
-            },
-        }
-
-    def resume(self) -> bool:
-        """Continue after the latest epoch checkpoint. Each is written whole (temp file,
-        then rename), so after a kill the latest one is a complete epoch; the epoch that
-        was running is redone. Returns False when there is none."""
-        if self.dist.main:
-            remove_stale_temp_files(self.fold_dir)
-        path = latest_epoch_checkpoint(self.fold_dir)
-        if path is None:
-            return False
-        checkpoint = read_checkpoint(path, self.device)
-        check_resumable(path, checkpoint, self.model_config, self.data.fingerprint)
-        changed = shaping_changes(checkpoint.get("train_config", {}), self.config)
-        if changed and self.dist.main:
-            print(f"note: resuming {path} with other settings (checkpoint vs now): {changed}")
-        self.model.load_state_dict(checkpoint["model_state"])
-        self.optimizer.load_state_dict(checkpoint["optimizer_state"])
-        self.scheduler.load_state_dict(checkpoint["scheduler_state"])
-        self.scaler.load_state_dict(checkpoint["scaler_state"])
-        self.epoch = checkpoint["epoch"]
-        self.step = checkpoint["step"]
-        self.best_auc = checkpoint["best_auc"]
-        self.best_epoch = checkpoint["best_epoch"]
-        self.history = checkpoint["history"]
-        set_rng_state(checkpoint["rng_state"])
-        if self.dist.main:
-            self._restore_epoch_outputs()
-        return True
-
-    def _restore_epoch_outputs(self) -> None:
-        """Redo what a kill right after the epoch checkpoint may have cut short: best.pt
-        (the best epoch's checkpoint holds the same payload), history.csv, config.json."""
-        best = self.fold_dir / f"epoch_{self.best_epoch:02d}.pt"
-        if self.best_epoch >= 1 and best.exists():
-            with atomic_file(self.fold_dir / "best.pt") as tmp:
-                shutil.copyfile(best, tmp)
-        history = self.fold_dir / "history.csv"
-        rows = len(history.read_text().splitlines()) - 1 if history.exists() else -1
-        if rows != len(self.history):
-            self._write_epoch(improved=False)
 
     # -- one epoch ---------------------------------------------------------------------
     def train_epoch(self) -> tuple[float, float, float]:
@@ -383,16 +307,6 @@ class Trainer:
         labels = tails.labels(self.data.sequences)
         return binary_log_loss(labels, probability), auc_or_nan(labels, probability), probability
 
-    def resolved(self) -> dict:
-        """What the automatic settings (0 in TrainConfig) resolved to for this run."""
-        return {
-            "batch_size": self.batch_size,
-            "warmup": self.warmup,
-            "total_steps": self.total_steps,
-            "span": self.span,
-            "context": self.context,
-        }
-
     def describe(self) -> str:
         """What this run trains on and how: printed at the start of fit."""
         data, config = self.data, self.config
@@ -476,24 +390,6 @@ class Trainer:
                 )
             self.dist.barrier()
         return self.history
-
-    def _write_epoch(self, improved: bool) -> None:
-        payload = self.checkpoint_payload()
-        save_checkpoint(self.fold_dir / f"epoch_{self.epoch:02d}.pt", payload)
-        if improved:
-            save_checkpoint(self.fold_dir / "best.pt", payload)
-        with atomic_file(self.fold_dir / "history.csv") as tmp, open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(self.history[0]))
-            writer.writeheader()
-            writer.writerows(self.history)
-        write_json(
-            self.fold_dir / "config.json",
-            {
-                "train_config": asdict(self.config),
-                "model_config": self.model_config.to_dict(),
-                "resolved": self.resolved(),
-            },
-        )
 
 
 def train(config: TrainConfig, output_dir: str | Path) -> list[dict]:
