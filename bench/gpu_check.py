@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import REPO, WORK, Report, link_data, make_demo, results_flag, run, script
+from benchlib import WORK, Report, link_data, make_demo, results_flag, run, script
 
 from common.tables import markdown_table
 
@@ -34,16 +34,12 @@ STREAM_TARGET = 10_000  # rows/s at d256
 RIIID_INTERACTIONS = 101_230_332  # rows of the real train.csv (an epoch's upper bound)
 
 
-def bench(name: str, *args: object) -> list[str]:
-    return [sys.executable, str(REPO / "bench" / name), *map(str, args)]
-
-
 def train_rate(args: argparse.Namespace, data_out: Path, compile_: bool, say: Report) -> float:
     """bench_train.py's median interactions/s at the reference size."""
     config = "demo" if args.quick else "d256"
     steps = ("--steps", 2, "--warmup", 1, "--repeats", 1) if args.quick else ("--steps", 20)
     results = args.work_dir / f"train_{'compiled' if compile_ else 'eager'}.txt"
-    command = bench("bench_train.py", "--data-dir", data_out, "--configs", config, *steps)
+    command = script("bench/bench_train.py", "--data-dir", data_out, "--configs", config, *steps)
     command += ["--device", args.device, "--amp", args.amp, "--results", str(results)]
     command += ["--work-dir", str(args.work_dir / "train")] + (["--compile"] if compile_ else [])
     run(command, say=say)
@@ -67,7 +63,7 @@ def stream_rate(args: argparse.Namespace, say: Report) -> float:
     """bench_stream.py at d256 with 04_infer.py on the device."""
     users = 300 if args.quick else args.users
     config = "demo" if args.quick else "d256"
-    command = bench("bench_stream.py", "--users", users, "--configs", config)
+    command = script("bench/bench_stream.py", "--users", users, "--configs", config)
     command += ["--work-dir", str(args.work_dir), "--results", str(args.work_dir / "stream.txt")]
     run([*command, "--", "--device", args.device], say=say)
     summary = args.work_dir / f"stream_{config}" / "fold0" / "stream_summary.json"

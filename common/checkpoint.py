@@ -13,7 +13,7 @@ import torch
 
 from common.errors import UserError
 from common.files import atomic_file
-from common.layout import FOLD_PREFIX
+from common.layout import fold_dir, folds_holding
 from common.model import SAINT, ModelConfig
 
 
@@ -165,7 +165,8 @@ def cv_epochs(output_dir: str | Path, say: bool = True) -> int:
     """The full-data run's epoch count: the median best epoch of the CV folds' best.pt
     (each chosen by its fold's selection), rounded."""
     found = {}
-    for path in sorted(Path(output_dir).glob(f"{FOLD_PREFIX}*/best.pt")):
+    for k in folds_holding(output_dir, "best.pt"):
+        path = fold_dir(output_dir, k) / "best.pt"
         found[path.parent.name] = int(read_checkpoint(path, "cpu")["best_epoch"])
     if not found:
         raise CheckpointError(

@@ -54,8 +54,8 @@ def _default(f: Field) -> object:
 
 
 def _flag_fields(cls: type, prefix: str = ""):
-    """(dotted path, field, annotation) of every field with a flag, nested configs
-    flattened."""
+    """(dotted path, flag name without dashes, field, annotation) of every field with a
+    flag, nested configs flattened."""
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         if f.metadata.get("cli", True) is False:
@@ -64,7 +64,8 @@ def _flag_fields(cls: type, prefix: str = ""):
         if is_dataclass(annotation):
             yield from _flag_fields(annotation, f"{prefix}{f.name}.")
         else:
-            yield f"{prefix}{f.name}", f, annotation
+            name = f.metadata.get("flag", f.name.replace("_", "-"))
+            yield f"{prefix}{f.name}", name, f, annotation
 
 
 def _comma_list(kind: type) -> Callable[[str], tuple]:
@@ -85,12 +86,11 @@ def add_config_flags(
     """Add a flag per field of `cls`. defaults: overrides (dotted path -> value), e.g. for
     a field the dataclass requires; only: restrict to these dotted paths."""
     defaults = defaults or {}
-    for path, f, annotation in _flag_fields(cls):
+    for path, name, f, annotation in _flag_fields(cls):
         if only is not None and path not in only:
             continue
         default = defaults.get(path, _default(f))
         kind, sequence = _plain_type(annotation)
-        name = f.metadata.get("flag", f.name.replace("_", "-"))
         text = f.metadata.get("help", "")
         options: dict = {"dest": path, "default": default}
         if kind is bool and not sequence:
@@ -108,11 +108,10 @@ def add_config_flags(
         if default is not MISSING:
             text = f"{text} (default: {'none' if shown is None else shown})".lstrip()
         options["type"] = _comma_list(kind) if sequence else kind
-        if "choices" in f.metadata:
+        if "choices" in f.metadata:  # argparse shows them in place of a metavar
             options["choices"] = f.metadata["choices"]
-        options["metavar"] = f.metadata.get("metavar", name.upper().replace("-", "_"))
-        if "choices" in f.metadata:
-            options.pop("metavar")
+        else:
+            options["metavar"] = f.metadata.get("metavar", name.upper().replace("-", "_"))
         parser.add_argument(f"--{name}", help=text.replace("%", "%%"), **options)
 
 
@@ -138,13 +137,12 @@ def to_argv(config: object, only: typing.Iterable[str] | None = None) -> list[st
     to its values: parsing them back gives the same config (the inverse of
     config_from_args, for a script that launches another with a config)."""
     argv: list[str] = []
-    for path, f, annotation in _flag_fields(type(config)):
+    for path, name, f, annotation in _flag_fields(type(config)):
         if only is not None and path not in only:
             continue
         value = config
         for part in path.split("."):
             value = getattr(value, part)
-        name = f.metadata.get("flag", f.name.replace("_", "-"))
         kind, sequence = _plain_type(annotation)
         if kind is bool and not sequence:
             if value != _default(f):

@@ -9,6 +9,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from common.cli import option
+
+
+def device_option():
+    """The `--device` field of the training and streaming configs."""
+    return option("auto", "auto: CUDA when present", choices=("auto", "cpu", "cuda"))
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from common.cli import option
 from common.data import TrainArrays, opens_container
 from common.folds import Fold
 from common.metrics import auc_or_nan
@@ -49,12 +50,24 @@ class StreamError(RuntimeError):
 
 @dataclass
 class EmulatorConfig:
-    seed: int = 0
+    seed: int = option(0, "seed of the emulated stream's group sizes")
     # The real API served up to about a thousand students per group (Riiid's data page).
-    max_group_students: int = 1000
+    max_group_students: int = option(1000, "most students in one emulated group")
     # (low, high): rows per group drawn uniformly in low..high instead, as in the real
     # example stream (groups of 18 to 33 rows, 15 to 23 students, many interleaved)
-    group_rows: tuple[int, int] | None = None
+    group_rows: tuple[int, int] | None = option(
+        None,
+        "MIN,MAX: emulated groups of MIN to MAX rows, many students each (the real example "
+        "test: 18,33) instead of a log-uniform number of students",
+    )
+
+    def __post_init__(self) -> None:
+        if self.group_rows is not None:
+            self.group_rows = tuple(self.group_rows)
+            if len(self.group_rows) != 2 or not 0 < self.group_rows[0] <= self.group_rows[1]:
+                raise ValueError(
+                    f"group_rows: expected MIN,MAX with 0 < MIN <= MAX, got {self.group_rows}"
+                )
 
 
 def stream_frame(arrays: TrainArrays, stream_index: np.ndarray) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ from common.checkpoint import load_model
 from common.cli import option, progress_option
 from common.data import question_parts
 from common.dataset import Dataset
-from common.device import resolve_device
+from common.device import device_option, resolve_device
 from common.emulator import Emulator, EmulatorConfig
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
@@ -50,14 +50,8 @@ class InferConfig:
         "export the full-data model (output/full/, from 03 --full-data) as the Kaggle bundle "
         "instead of streaming a fold (it has no validation rows)",
     )
-    device: str = option("auto", "auto: CUDA when present", choices=("auto", "cpu", "cuda"))
-    seed: int = option(0, "seed of the emulated stream's group sizes")
-    max_group_students: int = option(1000, "most students in one emulated group")
-    group_rows: tuple[int, ...] = option(
-        (),
-        "MIN,MAX: emulated groups of MIN to MAX rows, many students each (the real example "
-        "test: 18,33) instead of a log-uniform number of students",
-    )
+    device: str = device_option()
+    stream: EmulatorConfig = field(default_factory=EmulatorConfig)  # how groups are cut
     cache_students: int = option(
         4096, "students whose model cache stays in memory (LRU beyond; rebuilt from the ring)"
     )
@@ -70,14 +64,6 @@ class InferConfig:
         "past this many GB (the total is in stream_summary.json)",
         metavar="GB",
     )
-
-    def __post_init__(self) -> None:
-        if self.group_rows and (
-            len(self.group_rows) != 2 or not 0 < self.group_rows[0] <= self.group_rows[1]
-        ):
-            raise ValueError(
-                f"group_rows: expected MIN,MAX with 0 < MIN <= MAX, got {self.group_rows}"
-            )
 
     @property
     def max_state_bytes(self) -> int | None:
@@ -163,9 +149,7 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
     state = fold_state(output_dir, config, model, device, dataset)
     arrays, parts = dataset.arrays, dataset.parts
     del dataset  # the sequences are not needed while streaming
-    rows = tuple(config.group_rows) or None
-    emulated = EmulatorConfig(config.seed, config.max_group_students, rows)
-    env = Emulator.from_fold(arrays, fold, emulated)
+    env = Emulator.from_fold(arrays, fold, config.stream)
     timing = stream_loop(env, state, config.progress)
     results = env.results()
     student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1

@@ -43,6 +43,17 @@ def fold_dir(output_dir: str | Path, fold: int) -> Path:
     return Path(output_dir) / f"{FOLD_PREFIX}{fold}"
 
 
+def folds_holding(output_dir: str | Path, name: str) -> list[int]:
+    """The folds k, ascending, whose fold{k}/ holds a file `name` (what stages 3 and 4
+    have written: best.pt, stream_predictions.parquet)."""
+    found = []
+    for path in Path(output_dir).glob(f"{FOLD_PREFIX}*/{name}"):
+        k = path.parent.name.removeprefix(FOLD_PREFIX)
+        if k.isdigit() and path.parent == fold_dir(output_dir, int(k)):
+            found.append(int(k))
+    return sorted(found)
+
+
 def full_dir(output_dir: str | Path) -> Path:
     """Where 03 --full-data writes the model trained on every student."""
     return Path(output_dir) / FULL_SUBDIR

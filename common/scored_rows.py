@@ -6,7 +6,6 @@ and, on demo data, the true probability as the oracle."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from common.baselines import BaselineConfig, baseline_scores
 from common.dataset import Dataset
 from common.features import QuestionSequences
 from common.folds import Fold, FoldMismatchError, check_fold_fingerprint
-from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir
+from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, folds_holding
 from common.schema import QUESTION
 
 MODEL = "model"
@@ -26,12 +25,7 @@ PREDICTION_COLUMNS = ("row_id", "global_row", "content_id", "answered_correctly"
 
 def discover_folds(output_dir: Path) -> list[int]:
     """Fold indices k with output_dir/fold{k}/stream_predictions.parquet, ascending."""
-    found = []
-    for path in output_dir.glob(f"fold*/{STREAM_PREDICTIONS}"):
-        match = re.fullmatch(r"fold(\d+)", path.parent.name)
-        if match:
-            found.append(int(match.group(1)))
-    return sorted(found)
+    return folds_holding(output_dir, STREAM_PREDICTIONS)
 
 
 def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from common import cli
 from common.checkpoint import dict_differences
 from common.cli import option, progress_option
+from common.device import device_option
 from common.model import MODEL_PRESETS, ModelConfig
 
 
@@ -48,7 +49,7 @@ class TrainConfig:
         False, "add the mean embedding of each question's tags (skills) to the encoder input"
     )
     seed: int = option(0, "seed of initialization, spans and dropout")
-    device: str = option("auto", "auto: CUDA when present", choices=("auto", "cpu", "cuda"))
+    device: str = device_option()
     amp: str = option(
         "auto",
         "autocast: auto is bf16 (or fp16) on CUDA, off on CPU",

@@ -37,7 +37,7 @@ def test_every_field_has_a_flag_whose_help_shows_the_default(cls):
     parser = argparse.ArgumentParser()
     cli.add_config_flags(parser, cls)
     actions = {a.dest: a for a in parser._actions}
-    for path, _, _ in cli._flag_fields(cls):
+    for path, _, _, _ in cli._flag_fields(cls):
         action = actions[path]
         if action.nargs == 0:  # a switch: its name says what it does
             continue

@@ -20,3 +20,11 @@ def test_the_documented_paths():
         "output/fold0/stream_predictions.parquet"
     )
     assert layout.STREAM_SUMMARY == "stream_summary.json"
+
+
+def test_folds_holding_a_file_are_numbered_fold_folders_only(tmp_path):
+    for folder in ("fold0", "fold10", "fold2x", "folds", "fold3"):
+        (tmp_path / folder).mkdir()
+    for folder in ("fold0", "fold10", "fold2x", "folds"):
+        (tmp_path / folder / "best.pt").write_bytes(b"")
+    assert layout.folds_holding(tmp_path, "best.pt") == [0, 10]  # fold3 has none

@@ -164,6 +164,9 @@ def test_groups_sized_like_the_real_example():
         assert test_df["user_id"].nunique() >= 9  # at most two rows per student's bundle
         env.predict(sample)
     assert env.bounds[-1] == len(frame)
+    for bad in ((33, 18), (0, 5), (18,)):
+        with pytest.raises(ValueError, match="expected MIN,MAX"):
+            EmulatorConfig(group_rows=bad)
 
 
 BAD_PREDICTIONS = [
