@@ -1,13 +1,14 @@
 """Stage 4: streaming inference under the competition's API rules (see common/inference.py).
 
 Locally it streams fold k's validation rows through an emulator of the `riiideducation`
-API and writes output/fold{k}/submission.csv, a metric table and the Kaggle bundle. In a
-Kaggle notebook of the competition, where `riiideducation` is importable, the same loop
-runs against the real API (or pass --competition).
+API, writes output/fold{k}/submission.csv and a metric table, and exports the Kaggle
+dataset and notebook (output/kaggle/: see common/kaggle_export.py). Where `riiideducation`
+is importable (or with --competition) it runs the bundle against the real API instead.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -16,7 +17,9 @@ from pathlib import Path
 
 from common import cli, layout
 from common.errors import UserError
-from common.inference import InferConfig, export_kaggle, run_competition, run_emulated
+from common.inference import InferConfig, run_emulated
+from common.kaggle_export import KaggleIds, export_kaggle
+from common.kaggle_notebook import run_submission
 
 
 def parse_args(argv: list[str] | None):
@@ -24,13 +27,28 @@ def parse_args(argv: list[str] | None):
     cli.path_flags(parser)
     cli.add_config_flags(parser, InferConfig)
     parser.add_argument(
-        "--kaggle-dir", type=Path, help="where to write the Kaggle bundle (default: the output dir)"
+        "--kaggle-dir",
+        type=Path,
+        help="where to export the Kaggle dataset/ and kernel/ (default: <output-dir>/kaggle)",
     )
     user = os.environ.get("KAGGLE_USERNAME", "your-kaggle-username")
     parser.add_argument(
         "--kaggle-dataset-id", default=f"{user}/riiid-saint", help="(default: %(default)s)"
     )
-    parser.add_argument("--no-export", action="store_true", help="skip the Kaggle bundle")
+    parser.add_argument(
+        "--kaggle-kernel-id", help="the notebook's id (default: <dataset id>-submission)"
+    )
+    parser.add_argument(
+        "--kaggle-gpu",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="whether the notebook asks for a GPU (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--kaggle-docker-image",
+        help="pin the notebook's environment (kernel-metadata.json's docker_image)",
+    )
+    parser.add_argument("--no-export", action="store_true", help="skip the Kaggle export")
     parser.add_argument(
         "--competition",
         action="store_true",
@@ -39,8 +57,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument(
         "--model-dir",
         type=Path,
-        default=Path(__file__).resolve().parent.parent,
-        help="competition mode: the bundle's root (default: above this script)",
+        help="competition mode: the Kaggle dataset folder (default: <kaggle-dir>/dataset)",
     )
     return cli.parse_config(parser, InferConfig, argv)
 
@@ -51,29 +68,43 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def infer(config: InferConfig, args) -> None:
+    model = layout.model_dir(Path(), config.fold, config.full).name  # fold{k} or full
     if args.competition or importlib.util.find_spec("riiideducation") is not None:
-        run_competition(args.model_dir, config)
+        kaggle_dir = args.kaggle_dir or layout.kaggle_dir(args.output_dir)
+        run_submission(
+            args.model_dir or kaggle_dir / layout.KAGGLE_DATASET_SUBDIR,
+            model=model,
+            device=config.device,
+            max_state_gb=config.max_state_memory,
+            cache_students=config.cache_students,
+        )
         return
     if config.full:  # nothing to stream: the full-data model has seen every student
         if args.no_export:
             raise UserError("--full exports the full-data model's bundle: drop --no-export")
-        export(config, args)
+        export(config, args, model)
         return
     summary = run_emulated(args.output_dir, config)
     fold_dir = layout.fold_dir(args.output_dir, config.fold)
     print((fold_dir / "stream_metrics.md").read_text())
     print(json.dumps({k: summary[k] for k in ("auc", "rows", "groups", "rows_per_s")}))
     if not args.no_export:
-        export(config, args)
+        export(config, args, model)
     print(f"wrote {fold_dir / 'submission.csv'}")
 
 
-def export(config: InferConfig, args) -> None:
-    dest = args.kaggle_dir or args.output_dir
-    export_kaggle(args.output_dir, config, dest, args.kaggle_dataset_id)
+def export(config: InferConfig, args, model: str) -> None:
+    checkpoint = layout.model_dir(args.output_dir, config.fold, config.full) / config.checkpoint
+    ids = KaggleIds(
+        args.kaggle_dataset_id, args.kaggle_kernel_id, args.kaggle_gpu, args.kaggle_docker_image
+    )
+    kaggle_dir = args.kaggle_dir or layout.kaggle_dir(args.output_dir)
+    dataset, kernel = export_kaggle(args.output_dir, checkpoint, model, kaggle_dir, ids)
     print(
-        f"Kaggle bundle in {dest}; upload: kaggle datasets create -p {dest} --dir-mode zip "
-        f"(later: kaggle datasets version -p {dest} --dir-mode zip -m '<what changed>')"
+        f"Kaggle dataset in {dataset}, notebook in {kernel}; submit with\n"
+        f"  kaggle datasets create -p {dataset} --dir-mode zip   "
+        f"(later: kaggle datasets version -p {dataset} --dir-mode zip -m '<what changed>')\n"
+        f"  kaggle kernels push -p {kernel}"
     )
 
 

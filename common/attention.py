@@ -166,13 +166,32 @@ class _Rotate(torch.autograd.Function):
         return _Rotate._turn(grad, cos, -sin), None, None
 
 
+def written_out_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """softmax(q k^T / sqrt(hd), masked) v for (B, H, T, hd) queries and (B, H, S, hd) keys
+    and values, `mask` True where a query may attend: F.scaled_dot_product_attention's
+    result, computed with the operations of torch 1.x (the Kaggle bundle runs on the
+    competition's 2020 PyTorch, which has no fused attention)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Attention of (B, H, T, hd) queries over (B, H, S, hd) keys and values: fused where
+    torch has F.scaled_dot_product_attention (2.0 and later), written out otherwise."""
+    fused = getattr(F, "scaled_dot_product_attention", None)
+    if fused is None:
+        return written_out_attention(q, k, v, mask)
+    return fused(q, k, v, attn_mask=mask)
+
+
 # ---------------------------------------------------------------------------------------
 # attention
 
 
 class Attention(nn.Module):
     """Multi-head attention with separate query, key and value projections per head
-    (computed as one wide linear each), through F.scaled_dot_product_attention.
+    (computed as one wide linear each), through scaled_dot_product_attention.
 
     Keys and values are kept as a "state" that a cache can hold: (k, v) each (B, S, D)
     for standard attention; for multi-head latent attention (DeepSeek-V2, arXiv
@@ -244,6 +263,6 @@ class Attention(nn.Module):
         if blocks is not None:  # batch rows become (row, block) pairs
             q, k, v, mask = blocks.queries(q), blocks.keys(k), blocks.keys(v), blocks.mask
         q = q.transpose(1, 2)  # (B, H, T, hd)
-        y = F.scaled_dot_product_attention(q, self._heads(k), self._heads(v), attn_mask=mask)
+        y = scaled_dot_product_attention(q, self._heads(k), self._heads(v), mask)
         y = y.transpose(1, 2).flatten(2)  # (B, T, D)
         return self.out(y if blocks is None else blocks.merge(y))

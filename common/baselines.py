@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.cli import option
 from common.features import QuestionSequences
 from common.metrics import smoothed_rates
+from common.options import option
 
 
 @dataclass

@@ -5,6 +5,7 @@ continues from."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import random
 from pathlib import Path
 
@@ -15,6 +16,16 @@ from common.errors import UserError
 from common.files import atomic_file
 from common.layout import fold_dir, folds_holding
 from common.model import SAINT, ModelConfig
+
+# torch 2.6 made weights_only=True the default (it refuses this project's checkpoints, which
+# hold configs and RNG state); torch 1.x, the competition's, has no such argument
+LOAD_OPTIONS = (
+    {"weights_only": False} if "weights_only" in inspect.signature(torch.load).parameters else {}
+)
+# what the Kaggle bundle's checkpoint keeps: the model and how it was chosen, in plain
+# Python types (a training checkpoint pickles numpy 2 RNG state, which the competition's
+# numpy 1.19 cannot unpickle)
+INFERENCE_KEYS = ("model_config", "model_state", "epoch", "best_epoch", "fold", "selected_on")
 
 
 def rng_state() -> dict:
@@ -39,7 +50,7 @@ def set_rng_state(state: dict) -> None:
 def save_checkpoint(path: Path, payload: dict) -> None:
     """Write a checkpoint atomically, with a digest of its weights that load_model checks
     (damage inside tensor data would otherwise load silently)."""
-    payload = payload | {"model_digest": state_digest(payload["model_state"])}
+    payload = {**payload, "model_digest": state_digest(payload["model_state"])}
     with atomic_file(path) as tmp:
         torch.save(payload, tmp)
 
@@ -50,6 +61,16 @@ class CheckpointError(UserError, ValueError):
     the file."""
 
 
+def save_inference_checkpoint(source: Path, dest: Path) -> None:
+    """Write the checkpoint `source` as the bundle's: its INFERENCE_KEYS only, readable by
+    the competition's torch 1.7 and numpy 1.19, with the same weights digest."""
+    checkpoint = read_checkpoint(source, "cpu")
+    lean = {k: checkpoint[k] for k in INFERENCE_KEYS if k in checkpoint}
+    lean["model_config"] = ModelConfig.from_dict(checkpoint["model_config"]).to_dict()
+    lean["source"] = source.name
+    save_checkpoint(dest, lean)
+
+
 def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict:
     """torch.load, with a CheckpointError naming the file when it is missing or is not a
     readable checkpoint of this project."""
@@ -57,7 +78,7 @@ def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found (03_train.py writes it)")
     try:
-        checkpoint = torch.load(path, map_location=device, weights_only=False)
+        checkpoint = torch.load(path, map_location=device, **LOAD_OPTIONS)
     # Unpickling a damaged file can raise nearly any exception type (RuntimeError from the
     # zip reader, EOFError, UnpicklingError, UnicodeDecodeError, ...); the cause is chained.
     except Exception as error:
@@ -80,8 +101,16 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     for name in sorted(state):
         tensor = state[name].detach().cpu().contiguous()
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(_raw_bytes(tensor))
     return digest.hexdigest()
+
+
+def _raw_bytes(tensor: torch.Tensor) -> bytes:
+    """A contiguous CPU tensor's memory (numpy has no bfloat16: that goes through a
+    uint8 view, which torch 1.7, the competition's, cannot take of other dtypes)."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(-1).view(torch.uint8).numpy().tobytes()
+    return tensor.numpy().tobytes()
 
 
 def dict_differences(found: dict, expected: dict, limit: int = 6) -> str:

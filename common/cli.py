@@ -15,23 +15,10 @@ import sys
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import MISSING, Field, field, fields, is_dataclass
+from dataclasses import MISSING, Field, fields, is_dataclass
 from pathlib import Path
 
 from common.errors import UserError
-
-
-def option(default: object = MISSING, help: str = "", **metadata: object):
-    """A dataclass field with command-line metadata: help, and optionally flag (the flag's
-    name without dashes), choices, cli=False."""
-    if isinstance(default, list | dict | set):
-        raise TypeError("use a tuple or a default_factory for a mutable default")
-    return field(default=default, metadata={"help": help, **metadata})
-
-
-def progress_option():
-    """The `progress` field every stage's config has: --no-progress hides the bars."""
-    return option(True, "hide the progress bars", flag="progress")
 
 
 def _plain_type(annotation: object) -> tuple[type, bool]:

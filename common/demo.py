@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from common.cli import option
 from common.demo_items import MAX_BUNDLE, MAX_CONTENT_ID, make_item_bank
 from common.demo_students import simulate_students
 from common.files import atomic_file
+from common.options import option
 from common.schema import N_PARTS, QUESTION, TRAIN_COLUMNS, TRAIN_DTYPES
 
 OUTPUT_FILES = ("train.csv", "questions.csv", "lectures.csv", "demo_truth.csv")
@@ -166,16 +166,22 @@ def generate_demo(config: DemoConfig) -> DemoData:
 # ----------------------------------------------------------------------------- writing
 
 
-def _write_arrow_csv(table: pa.Table, path: Path) -> None:
-    """Write `table` as CSV with an unquoted header and unquoted values (pyarrow quotes
-    header names and strings otherwise)."""
-    with pa.OSFile(str(path), "wb") as sink:
+def write_csv_rows(table: pa.Table, sink, header: bool = True) -> None:
+    """Write `table` to the open pyarrow sink `sink` as CSV with unquoted values (pyarrow
+    quotes strings otherwise), preceded by an unquoted header line when `header` (pyarrow
+    quotes header names). Appending tables with header=False continues one file."""
+    if header:
         sink.write((",".join(table.column_names) + "\n").encode())
-        options = pa_csv.WriteOptions(include_header=False, quoting_style="none")
-        pa_csv.write_csv(table, sink, write_options=options)
+    options = pa_csv.WriteOptions(include_header=False, quoting_style="none")
+    pa_csv.write_csv(table, sink, write_options=options)
 
 
-def _train_table(train: dict[str, np.ndarray]) -> pa.Table:
+def _write_arrow_csv(table: pa.Table, path: Path) -> None:
+    with pa.OSFile(str(path), "wb") as sink:
+        write_csv_rows(table, sink)
+
+
+def train_table(train: dict[str, np.ndarray]) -> pa.Table:
     """train.csv's columns in the real file's text form: the elapsed time as an integer
     float ("13000.0"), booleans as True/False, missing values empty."""
     elapsed = train["prior_question_elapsed_time"]
@@ -194,22 +200,31 @@ def _train_table(train: dict[str, np.ndarray]) -> pa.Table:
     return pa.table(columns)
 
 
+def truth_table(train: dict[str, np.ndarray], p_true: np.ndarray) -> pa.Table:
+    """demo_truth.csv's columns: row_id and p_true of every question row."""
+    is_question = train["content_type_id"] == QUESTION
+    return pa.table({"row_id": train["row_id"][is_question], "p_true": p_true})
+
+
+def write_item_bank(questions: pd.DataFrame, lectures: pd.DataFrame, output_dir: Path) -> None:
+    """questions.csv and lectures.csv into `output_dir`, each atomically."""
+    with atomic_file(output_dir / "questions.csv") as tmp:
+        questions.to_csv(tmp, index=False, lineterminator="\n")
+    with atomic_file(output_dir / "lectures.csv") as tmp:
+        lectures.to_csv(tmp, index=False, lineterminator="\n")
+
+
 def write_demo(demo: DemoData, output_dir: str | Path) -> list[Path]:
     """Write train.csv, questions.csv, lectures.csv and demo_truth.csv into `output_dir`
     (each file atomically; other files there are left alone). Returns the paths."""
     output_dir = Path(output_dir)
     paths = [output_dir / name for name in OUTPUT_FILES]
-    train_path, questions_path, lectures_path, truth_path = paths
-    with atomic_file(questions_path) as tmp:
-        demo.questions.to_csv(tmp, index=False, lineterminator="\n")
-    with atomic_file(lectures_path) as tmp:
-        demo.lectures.to_csv(tmp, index=False, lineterminator="\n")
-    is_question = demo.train["content_type_id"] == QUESTION
-    truth = pa.table({"row_id": demo.train["row_id"][is_question], "p_true": demo.p_true})
+    train_path, _, _, truth_path = paths
+    write_item_bank(demo.questions, demo.lectures, output_dir)
     with atomic_file(truth_path) as tmp:
-        _write_arrow_csv(truth, tmp)
+        _write_arrow_csv(truth_table(demo.train, demo.p_true), tmp)
     with atomic_file(train_path) as tmp:
-        _write_arrow_csv(_train_table(demo.train), tmp)
+        _write_arrow_csv(train_table(demo.train), tmp)
     return paths
 
 

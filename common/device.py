@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from common.cli import option
+from common.options import option
 
 
 def device_option():

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from common.cli import option
 from common.data import TrainArrays, opens_container
 from common.folds import Fold
 from common.metrics import auc_or_nan
+from common.options import option
 from common.schema import QUESTION, TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 
 # The dtypes of the test_df frames served. Where they come from: the competition's data

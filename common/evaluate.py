@@ -28,11 +28,11 @@ import pandas as pd
 
 from common import metrics, plots
 from common.baselines import BASELINE_NAMES, BaselineConfig
-from common.cli import option, progress_option
 from common.dataset import Dataset
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.layout import REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
+from common.options import option, progress_option
 from common.scored_rows import (
     MODEL,
     ORACLE,

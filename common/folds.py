@@ -36,13 +36,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.cli import option
 from common.data import TrainArrays, container_starts
 from common.dataset import Dataset
 from common.errors import UserError
 from common.features import QuestionSequences
 from common.files import atomic_dir, write_run_record
 from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, fold_file
+from common.options import option
 from common.schema import QUESTION, InputError
 
 STRATEGIES = ("user", "last-n", "virtual-time", "unseen", "dataset")

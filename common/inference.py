@@ -1,45 +1,27 @@
-"""04_infer.py's logic: the streaming loop over an API (emulated or the real one), the
-submission and metric table, and the Kaggle-ready bundle.
-
-Kaggle bundle (written into --kaggle-dir, by default the output dir itself):
-    dataset-metadata.json     for `kaggle datasets create -p <dir> --dir-mode zip`
-    code/                     the project package and 04_infer.py (nothing to install)
-    fold{k}/best.pt           the model, rebuilt from the checkpoint alone
-    state/snapshot.npz        every training student's last receptive_field questions (all of
-                              train.csv: in the competition a test student's whole
-                              train.csv history precedes the test)
-    state/questions.parquet   question id -> part
-    KAGGLE.md                 the notebook cell that runs the submission
-"""
+"""04_infer.py's logic: a fold's validation rows streamed through the emulated API, the
+submission and metric table. The loop itself is common.api_loop (the Kaggle notebook runs
+the same one, common.kaggle_notebook); the Kaggle export is common.kaggle_export."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from tqdm import tqdm
 
+from common.api_loop import stream_loop
 from common.checkpoint import load_model
-from common.cli import option, progress_option
-from common.data import question_parts
 from common.dataset import Dataset
 from common.device import device_option, resolve_device
 from common.emulator import Emulator, EmulatorConfig
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
-from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, model_dir, state_dir
+from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir
 from common.metrics import slice_table, student_and_part_slices
-from common.online import OnlineState, Snapshot, build_snapshot
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_DIR = PACKAGE_DIR.parent
+from common.online import OnlineState, build_snapshot
+from common.options import option, progress_option
 
 
 @dataclass
@@ -60,48 +42,15 @@ class InferConfig:
     # past it the run stops with StateMemoryError rather than being killed by the OS
     max_state_memory: float | None = option(
         None,
-        "refuse, with a message, to let the online state (student rings + cache pool) grow "
-        "past this many GB (the total is in stream_summary.json)",
+        "the online state's budget (student rings + cache pool): the cache pool shrinks to "
+        "fit it, and a student who would not fit stops the run with a message (the total is "
+        "in stream_summary.json; unbounded by default, 9 GB with --competition)",
         metavar="GB",
     )
 
     @property
     def max_state_bytes(self) -> int | None:
         return None if self.max_state_memory is None else int(self.max_state_memory * 1e9)
-
-
-def stream_loop(env, state: OnlineState, progress: bool = True) -> dict:
-    """Run the API loop: predict each group, hand predictions back. Returns counts and
-    timing: the whole loop, and the part spent predicting (everything but the API's own
-    calls, iter_test and env.predict)."""
-    rows = groups = 0
-    predicting = 0.0
-    begin = time.perf_counter()
-    bar = tqdm(env.iter_test(), desc="groups", unit=" groups", disable=not progress)
-    for test_df, sample in bar:
-        start = time.perf_counter()
-        probability = state.predict(test_df)
-        question = test_df["content_type_id"].to_numpy() == 0
-        row_id = test_df["row_id"].to_numpy()[question]
-        wanted = sample["row_id"].to_numpy()
-        if not np.array_equal(wanted, row_id):  # the API's order is the group's order
-            probability = pd.Series(probability, index=row_id).reindex(wanted).to_numpy()
-        sample["answered_correctly"] = probability  # copy-on-write: the API's frame is kept
-        predicting += time.perf_counter() - start
-        env.predict(sample)
-        rows += len(sample)
-        groups += 1
-        if progress:
-            bar.set_postfix(rows=rows, refresh=False)
-    seconds = time.perf_counter() - begin
-    return {
-        "rows": rows,
-        "groups": groups,
-        "seconds": seconds,
-        "rows_per_s": rows / seconds,
-        "predict_seconds": predicting,
-        "predict_rows_per_s": rows / predicting if predicting else float("nan"),
-    }
 
 
 def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
@@ -204,76 +153,3 @@ def write_outputs(run_dir: Path, results: pd.DataFrame, table: pd.DataFrame, sum
     ]
     write_text(run_dir / "stream_metrics.md", "\n".join(lines) + "\n")
     write_json(run_dir / STREAM_SUMMARY, summary)
-
-
-# ---------------------------------------------------------------------------------------
-# Kaggle bundle and the competition's own API
-
-
-def full_snapshot(dataset: Dataset, keep_last: int) -> Snapshot:
-    """Every student's last `keep_last` questions: the state the hidden test starts from."""
-    sequences = dataset.sequences
-    return build_snapshot(sequences, dataset.arrays.users, sequences.lengths(), keep_last)
-
-
-def export_kaggle(output_dir: Path, config: InferConfig, dest: Path, dataset_id: str) -> Path:
-    """Write the offline bundle a Kaggle notebook needs (see the module docstring): the
-    checkpoint 04 streamed (config.checkpoint of fold{k}/), or the full-data model's
-    best.pt (config.full), as the bundle's <fold{k} or full>/best.pt."""
-    dest.mkdir(parents=True, exist_ok=True)
-    checkpoint = model_dir(output_dir, config.fold, config.full) / config.checkpoint
-    model, _ = load_model(checkpoint, "cpu")
-    bundled = model_dir(dest, config.fold, config.full) / "best.pt"
-    if checkpoint.resolve() != bundled.resolve():
-        with atomic_file(bundled) as tmp:
-            shutil.copyfile(checkpoint, tmp)
-    dataset = Dataset.load(output_dir)
-    full_snapshot(dataset, model.config.receptive_field).save(state_dir(dest) / "snapshot.npz")
-    with atomic_file(state_dir(dest) / "questions.parquet") as tmp:
-        dataset.questions.to_parquet(tmp, index=False)
-    del dataset
-    code = dest / "code"
-    staging = dest / ".code.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(PACKAGE_DIR, staging / "common", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(REPO_DIR / "04_infer.py", staging / "04_infer.py")
-    shutil.rmtree(code, ignore_errors=True)
-    os.replace(staging, code)
-    write_json(
-        dest / "dataset-metadata.json",
-        {"title": "Riiid SAINT model", "id": dataset_id, "licenses": [{"name": "CC0-1.0"}]},
-    )
-    which = "--full" if config.full else f"--fold {config.fold}"
-    write_text(dest / "KAGGLE.md", KAGGLE_NOTE.format(which=which))
-    return dest
-
-
-KAGGLE_NOTE = """# Running the submission in a Kaggle notebook
-
-Add this dataset to a notebook of the Riiid! Answer Correctness Prediction competition
-(internet off), then run one cell:
-
-    !python /kaggle/input/<this-dataset>/code/04_infer.py --competition \\
-        --model-dir /kaggle/input/<this-dataset> {which}
-
-04_infer.py imports the competition's `riiideducation` module, streams every test group
-through the same online state as the local emulator, and the API writes submission.csv.
-"""
-
-
-def run_competition(bundle: Path, config: InferConfig) -> dict:
-    """The same loop against the real `riiideducation` API (in a Kaggle notebook), with
-    the bundle's model (<fold{k} or full>/best.pt) and state."""
-    import riiideducation  # only present in the competition's notebooks
-
-    device = resolve_device(config.device)
-    model, _ = load_model(model_dir(bundle, config.fold, config.full) / "best.pt", device)
-    snapshot = Snapshot.load(state_dir(bundle) / "snapshot.npz")
-    parts = question_parts(pd.read_parquet(state_dir(bundle) / "questions.parquet"))
-    state = OnlineState(
-        model, parts, device, snapshot, config.cache_students, config.max_state_bytes
-    )
-    env = riiideducation.make_env()
-    timing = stream_loop(env, state, progress=False)
-    print(json.dumps(timing))
-    return timing

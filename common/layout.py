@@ -5,7 +5,8 @@
 <output>/fold{k}/            stages 3 and 4: checkpoints, history.csv, stream predictions
 <output>/full/               03 --full-data: the submission's model, every student trained
 <output>/report.md, report/  stage 5: the report and its figures
-<bundle>/state/, code/       the Kaggle bundle 04 writes (see common/inference.py)
+<output>/kaggle/dataset/     the Kaggle dataset 04 exports: code/, the model, state/
+<output>/kaggle/kernel/      the Kaggle notebook that runs it (see common/kaggle_export.py)
 """
 
 from __future__ import annotations
@@ -18,8 +19,13 @@ FOLDS_SUBDIR = "folds"
 REPORT_SUBDIR = "report"
 FOLD_PREFIX = "fold"  # fold{k}/
 FULL_SUBDIR = "full"
-STATE_SUBDIR = "state"  # the bundle's online state: snapshot.npz, questions.parquet
-CODE_SUBDIR = "code"  # the bundle's copy of the package and 04_infer.py
+KAGGLE_SUBDIR = "kaggle"  # 04's export: dataset/ and kernel/ (or --kaggle-dir)
+KAGGLE_DATASET_SUBDIR = "dataset"
+KAGGLE_KERNEL_SUBDIR = "kernel"
+STATE_SUBDIR = "state"  # in the dataset: the online state at the test's start
+SNAPSHOT_FILE = "snapshot.npz"  # every student's last receptive_field questions
+PARTS_FILE = "parts.npy"  # part (1-7) by question id
+CODE_SUBDIR = "code"  # in the dataset: the inference modules of the package
 # in fold{k}/, written by 04 and read by 05
 STREAM_PREDICTIONS = "stream_predictions.parquet"
 STREAM_SUMMARY = "stream_summary.json"  # the checkpoint, what chose it, the fold
@@ -48,7 +54,7 @@ def folds_holding(output_dir: str | Path, name: str) -> list[int]:
     have written: best.pt, stream_predictions.parquet)."""
     found = []
     for path in Path(output_dir).glob(f"{FOLD_PREFIX}*/{name}"):
-        k = path.parent.name.removeprefix(FOLD_PREFIX)
+        k = path.parent.name[len(FOLD_PREFIX) :]
         if k.isdigit() and path.parent == fold_dir(output_dir, int(k)):
             found.append(int(k))
     return sorted(found)
@@ -66,6 +72,11 @@ def model_dir(output_dir: str | Path, fold: int, full: bool = False) -> Path:
 
 def report_dir(output_dir: str | Path) -> Path:
     return Path(output_dir) / REPORT_SUBDIR
+
+
+def kaggle_dir(output_dir: str | Path) -> Path:
+    """04's default export folder (dataset/ and kernel/ inside)."""
+    return Path(output_dir) / KAGGLE_SUBDIR
 
 
 def state_dir(bundle: str | Path) -> Path:

@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from common.attention import Attention, Blocks, Rotary, attention_mask
-from common.cli import option
 from common.features import (
     N_ANSWER,
     N_ELAPSED,
@@ -37,6 +36,7 @@ from common.features import (
     RESPONSE_START,
 )
 from common.model_cache import ModelCache
+from common.options import option
 from common.schema import N_PARTS
 
 # "question": the answered question itself, an embedding per (question, response) pair
@@ -450,7 +450,7 @@ class SAINT(nn.Module):
                 return state
             ring = getattr(cache, group)[i]
             where = k_where if (group == "decoder" and i == 0) else q_where
-            for target, new in zip(ring, state, strict=True):
+            for target, new in zip(ring, state):  # noqa: B905 (Python 3.7: the Kaggle bundle)
                 cache.store(target, new, where, cache.rows)
             return tuple(cache.read(target) for target in ring)
 

@@ -125,12 +125,11 @@ class ModelCache:
         """Store into this cache (just reset; batch row b of both is one student) the
         entries of `source` at the newest `self.size` positions of each side: how a state
         built over a long history in a large temporary cache moves into a smaller ring."""
-        for (source_position, source_states), (position, states) in zip(
-            source.groups(), self.groups(), strict=True
-        ):
+        pairs = zip(source.groups(), self.groups())  # noqa: B905 (Python 3.7: the Kaggle bundle)
+        for (source_position, source_states), (position, states) in pairs:
             newest = source_position.max(1, keepdim=True).values
             kept = source_position.masked_fill(source_position <= newest - self.size, -1)
             where = self.place(kept)
             self.store(position, kept, where, self.rows)
-            for target, new in zip(states, source_states, strict=True):
+            for target, new in zip(states, source_states):  # noqa: B905 (Python 3.7: the Kaggle bundle)
                 self.store(target, new, where, self.rows)

@@ -48,6 +48,13 @@ from common.model import SAINT
 from common.predict import to_tensors
 from common.schema import QUESTION
 
+# The fewest model caches a state budget may leave (a group's students must all fit in the
+# pool at once: the real example test's groups hold 18 to 33 rows)
+MIN_POOL_STUDENTS = 256
+# A budget sizes the pool leaving ring room for this share of new students beyond the
+# snapshot's (at Riiid's size, room for 98k new students; past it a new student who does
+# not fit raises StateMemoryError)
+NEW_STUDENT_SHARE = 0.25
 BUILD_PART = 32  # students per forward pass when states are built from their histories
 # Per student besides the rings: n_items, last_first, last_timestamp, session_start,
 # key_from, cache_index (int64) and built (bool); and the slot_of dict entry with its two
@@ -179,7 +186,10 @@ class OnlineState:
         self.built = np.zeros(0, dtype=bool)  # had a cache before (a build now is a rebuild)
         self.pool = CachePool(model, max(cache_students, 1), device)
         self.max_bytes = max_bytes
-        self._grow(max(1, len(snapshot.users) if snapshot else 0))
+        known = len(snapshot.users) if snapshot else 0
+        if max_bytes is not None:
+            self._fit_pool(known)
+        self._grow(max(1, known))
         if snapshot is not None:
             self._load_snapshot(snapshot)
         self.previous: np.ndarray | None = None  # (rows, 2) slot, position of last group
@@ -187,6 +197,25 @@ class OnlineState:
         self.builds = 0
 
     # -- storage -----------------------------------------------------------------------
+    def _fit_pool(self, known: int) -> None:
+        """Shrink the cache pool to what the budget leaves beside the rings of the `known`
+        students and NEW_STUDENT_SHARE more (new ones): a smaller pool evicts and rebuilds
+        more often (the same predictions, more time). Too small a budget for even
+        MIN_POOL_STUDENTS caches raises StateMemoryError now, not mid-stream."""
+        planned = known + int(known * NEW_STUDENT_SHARE)
+        room = self.max_bytes - planned * self.student_bytes()
+        fits = room // self.pool.bytes_per_student()
+        if fits < min(MIN_POOL_STUDENTS, self.pool.size):
+            raise StateMemoryError(
+                f"a state budget of {self.max_bytes / 1e9:.3g} GB leaves room for "
+                f"{max(fits, 0):,} model caches beside the rings of {planned:,} students "
+                f"({known:,} in the snapshot and {NEW_STUDENT_SHARE:.0%} more for new ones, "
+                f"{self.student_bytes():,} B each); at least {MIN_POOL_STUDENTS:,} caches of "
+                f"{self.pool.bytes_per_student():,} B are needed: raise the budget "
+                f"(--max-state-memory)"
+            )
+        self.pool.size = int(min(self.pool.size, fits))
+
     def _grow(self, needed: int) -> None:
         if needed <= self.capacity:
             return
@@ -226,7 +255,7 @@ class OnlineState:
             )
         n = len(snapshot.users)
         slots = np.arange(n)
-        self.slot_of = dict(zip(snapshot.users.tolist(), slots.tolist(), strict=True))
+        self.slot_of = dict(zip(snapshot.users.tolist(), slots.tolist()))  # noqa: B905 (Python 3.7: the Kaggle bundle)
         positions = snapshot.n_items[:, None] - snapshot.length + np.arange(snapshot.length)
         valid = positions >= 0
         rows, cols = np.nonzero(valid)
@@ -266,6 +295,7 @@ class OnlineState:
             "capacity": self.capacity,
             "student_state": students,
             "cache_pool": pool,
+            "cache_students": self.pool.size,
             "total": students + pool,
             "max_bytes": self.max_bytes,
         }

@@ -86,7 +86,7 @@ def predict_tails(
     out = np.zeros(int((end - history).sum()), dtype=np.float32)
     out_start = np.concatenate(([0], np.cumsum(end - history)[:-1])).astype(np.int64)
     plans = []
-    for s, h, e in zip(students, history, end, strict=True):
+    for s, h, e in zip(students, history, end):  # noqa: B905 (Python 3.7: the Kaggle bundle)
         cf = sequences.container_first[sequences.offsets[s] : sequences.offsets[s + 1]]
         plans.append(plan_student(cf, int(h), int(e), model.config.receptive_field, chunk))
     queue = list(np.argsort([-len(p.steps) for p in plans], kind="stable"))[::-1]

@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from common.cli import option, progress_option
 from common.data import ANSWER_UNKNOWN, ROW_ARRAYS
 from common.files import atomic_dir, write_run_record
 from common.layout import ARRAYS_SUBDIR, DATA_SUBDIR
 from common.memory import check_memory
+from common.options import option, progress_option
 from common.schema import (
     LECTURE,
     LECTURES_DTYPES,

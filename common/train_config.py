@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from common import cli
 from common.checkpoint import dict_differences
-from common.cli import option, progress_option
 from common.device import device_option
 from common.model import MODEL_PRESETS, ModelConfig
+from common.options import option, progress_option
 
 
 @dataclass

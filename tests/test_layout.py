@@ -20,6 +20,12 @@ def test_the_documented_paths():
         "output/fold0/stream_predictions.parquet"
     )
     assert layout.STREAM_SUMMARY == "stream_summary.json"
+    kaggle = layout.kaggle_dir(out)
+    assert kaggle / layout.KAGGLE_DATASET_SUBDIR == Path("output/kaggle/dataset")
+    assert kaggle / layout.KAGGLE_KERNEL_SUBDIR == Path("output/kaggle/kernel")
+    state = layout.state_dir(kaggle / layout.KAGGLE_DATASET_SUBDIR)
+    assert state / layout.SNAPSHOT_FILE == Path("output/kaggle/dataset/state/snapshot.npz")
+    assert state / layout.PARTS_FILE == Path("output/kaggle/dataset/state/parts.npy")
 
 
 def test_folds_holding_a_file_are_numbered_fold_folders_only(tmp_path):

@@ -28,13 +28,15 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from common import online
+from common.api_loop import stream_loop
 from common.checkpoint import CheckpointError, save_checkpoint, state_digest
 from common.data import TrainArrays, load_questions, question_parts
 from common.emulator import Emulator, EmulatorConfig, stream_frame
 from common.evaluate import EvaluateConfig, evaluate
 from common.files import remove_stale_temp_files
 from common.folds import Fold, FoldConfig, load_fold_data, make_folds
-from common.inference import stream_loop, write_outputs
+from common.inference import write_outputs
 from common.layout import DATA_SUBDIR, FOLDS_SUBDIR
 from common.memory import check_memory, estimate_peak_memory
 from common.model import SAINT, ModelConfig
@@ -511,7 +513,7 @@ INFER_CASES = [
     InferCase("checkpoint of another fold", edit_checkpoint(lambda c: c["fold_fingerprint"].update(fold=1)), (), ("best.pt was made for fold 1, asked for fold 0",)),
     InferCase("checkpoint of other folds", edit_checkpoint(lambda c: c["fold_fingerprint"].update(sha256="0123456789abcdef")), (), ("best.pt was made for fold 0 of other folds (fingerprint 0123456789abcdef", "than", "fold0.npz on disk (fingerprint ")),
     InferCase("checkpoint without a fold fingerprint", edit_checkpoint(lambda c: c.pop("fold_fingerprint")), (), ("best.pt records no fold fingerprint",)),
-    InferCase("state over its memory budget", no_change, ("--max-state-memory", "0.0001"), ("the online state needs", "above its budget of 0.0001 GB (--max-state-memory)", "--cache-students")),
+    InferCase("state over its memory budget", no_change, ("--max-state-memory", "0.0001"), ("a state budget of 0.0001 GB leaves room for", "caches of", "raise the budget (--max-state-memory)")),
 ]
 # fmt: on
 
@@ -599,9 +601,34 @@ def test_unknown_students_and_questions_are_predicted(demo):
     assert all(user in state.slot_of for user in new_users)
 
 
-def test_state_memory_budget_stops_growth_at_the_budget(demo):
+def test_state_memory_budget_sizes_the_cache_pool(demo):
+    """A budget shrinks the cache pool to what it leaves beside the rings of the known
+    students and NEW_STUDENT_SHARE more; one too small for MIN_POOL_STUDENTS caches is
+    refused before streaming, saying what it would need."""
+    model = tiny_model(load_fold_data(demo, 0).n_questions)
+    unbounded = demo_state(demo, model, cache_students=4096)
+    known, ring, cache = (
+        len(unbounded.slot_of),
+        unbounded.student_bytes(),
+        unbounded.pool.bytes_per_student(),
+    )
+    planned = known + int(known * online.NEW_STUDENT_SHARE)
+    fitted = demo_state(demo, model, cache_students=4096, max_bytes=planned * ring + 300 * cache)
+    assert fitted.pool.size == 300 and fitted.state_bytes()["cache_students"] == 300
+    roomy = demo_state(demo, model, cache_students=100, max_bytes=planned * ring + 300 * cache)
+    assert roomy.pool.size == 100  # never above cache_students
+    with pytest.raises(
+        StateMemoryError,
+        match=f"room for 255 model caches beside the rings of {planned:,} students",
+    ):
+        demo_state(demo, model, max_bytes=planned * ring + 255 * cache + cache // 2)
+
+
+def test_state_memory_budget_stops_growth_at_the_budget(demo, monkeypatch):
     """The rings grow to the budget and not past it, and the first
-    student who does not fit raises StateMemoryError mid-stream."""
+    student who does not fit raises StateMemoryError mid-stream (here the budget leaves
+    no room for new students beyond one)."""
+    monkeypatch.setattr(online, "NEW_STUDENT_SHARE", 0)
     n_questions = load_fold_data(demo, 0).n_questions
     frame, _ = unknown_stream(demo, n_questions)
     model = tiny_model(n_questions)
@@ -723,7 +750,7 @@ def test_the_bundle_holds_the_checkpoint_that_was_streamed(demo, trained, tmp_pa
     def digest(path: Path) -> str:
         return torch.load(path, weights_only=False)["model_digest"]
 
-    assert digest(bundle / "fold0" / "best.pt") == digest(streamed_path)
+    assert digest(bundle / "dataset" / "fold0" / "best.pt") == digest(streamed_path)
     assert digest(streamed_path) != digest(trained / "fold0" / "best.pt")
 
 

@@ -32,6 +32,8 @@ def test_every_stage_from_the_command_line(tmp_path: Path) -> None:
     streamed = pd.read_parquet(output_dir / "fold0" / "stream_predictions.parquet")
     assert len(submission) == len(streamed) > 0
     assert submission["answered_correctly"].between(0, 1).all()
-    assert (output_dir / "code" / "04_infer.py").exists()  # the Kaggle bundle
+    kaggle = output_dir / "kaggle"  # the Kaggle dataset and notebook
+    assert (kaggle / "dataset" / "code" / "common" / "kaggle_notebook.py").exists()
+    assert (kaggle / "kernel" / "kernel-metadata.json").exists()
     report = (output_dir / "report.md").read_text()
     assert "## Headline" in report and "model AUC" in done.stdout

@@ -7,10 +7,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,21 +15,20 @@ import pytest
 import torch
 
 from common import online
+from common.api_loop import stream_loop
 from common.cache_pool import CachePool
-from common.checkpoint import save_checkpoint
 from common.data import TrainArrays, load_questions, question_parts
 from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
 from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
 from common.folds import Fold, FoldConfig, load_fold_data, make_folds
-from common.inference import InferConfig, export_kaggle, stream_loop
 from common.layout import DATA_SUBDIR
 from common.model import SAINT, ModelConfig
-from common.online import OnlineState, Snapshot, build_snapshot
+from common.online import OnlineState, build_snapshot
 from common.predict import predict_tails, to_tensors
 from common.schema import TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 from common.tags import install_tags, tag_shape
 from common.training import Trainer
-from tests.helpers import REPO, make_tiny_demo, preprocess_real_rows, shared_file, train_config
+from tests.helpers import make_tiny_demo, preprocess_real_rows, shared_file, train_config
 
 CPU = torch.device("cpu")
 
@@ -482,90 +477,3 @@ def test_online_state_matches_batch_features_on_real_rows(tmp_path):
                 assert got == want, (user, position, name, got, want)
             compared += 1
     assert compared > 100
-
-
-# ---------------------------------------------------------------------------------------
-# the Kaggle bundle, run from a copy of that folder alone
-
-
-FAKE_API = """
-import json, os
-import numpy as np
-import pandas as pd
-
-class _Env:
-    def __init__(self):
-        self.example = pd.read_csv(os.environ["FAKE_STREAM"])
-        self.predicted = {}
-    def iter_test(self):
-        for group, frame in self.example.groupby("group_num", sort=True):
-            test_df = frame.set_index("group_num")
-            question = test_df["content_type_id"] == 0
-            sample = pd.DataFrame({"row_id": test_df.row_id[question], "answered_correctly": 0.5})
-            self.waiting = group
-            yield test_df, sample
-            assert self.waiting is None, "predict() was not called"
-        with open(os.environ["FAKE_OUT"], "w") as f:
-            json.dump(self.predicted, f)
-    def predict(self, df):
-        assert df.answered_correctly.between(0, 1).all()
-        self.predicted.update({str(r): float(p) for r, p in zip(df.row_id, df.answered_correctly)})
-        self.waiting = None
-
-def make_env():
-    return _Env()
-"""
-
-
-@pytest.mark.slow
-def test_kaggle_bundle_runs_alone(demo_dir, tmp_path):
-    data = load_fold_data(demo_dir, 0)
-    model = random_model(data.n_questions)
-    fold_dir = demo_dir / "fold0"
-    save_checkpoint(
-        fold_dir / "best.pt",
-        {"model_config": model.config.to_dict(), "model_state": model.state_dict()},
-    )
-    bundle = export_kaggle(
-        demo_dir, InferConfig(fold=0), tmp_path / "bundle", "someone/riiid-saint"
-    )
-    metadata = json.loads((bundle / "dataset-metadata.json").read_text())
-    assert metadata["id"] == "someone/riiid-saint"
-    alone = tmp_path / "kaggle" / "input" / "riiid-saint"
-    shutil.copytree(bundle, alone)
-    fake = tmp_path / "fake_api"
-    fake.mkdir()
-    (fake / "riiideducation.py").write_text(FAKE_API)
-    work = tmp_path / "working"
-    work.mkdir()
-    env = {
-        "PATH": os.environ["PATH"],
-        "PYTHONPATH": str(fake),
-        "FAKE_STREAM": str(shared_file("riiid_example_test", "example_test_reconstructed.csv")),
-        "FAKE_OUT": str(work / "predicted.json"),
-    }
-    done = subprocess.run(
-        [sys.executable, str(alone / "code" / "04_infer.py"), "--fold", "0"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    predicted = json.loads((work / "predicted.json").read_text())
-    assert str(REPO) not in done.stdout + done.stderr
-    # the same groups through this repository's online state, from the bundle's snapshot
-    example = pd.read_csv(env["FAKE_STREAM"])
-    parts = question_parts(pd.read_parquet(bundle / "state" / "questions.parquet"))
-    state = OnlineState(model, parts, CPU, Snapshot.load(bundle / "state" / "snapshot.npz"))
-    local = {}
-    for _, frame in example.groupby("group_num", sort=True):
-        test_df = frame.set_index("group_num")
-        question = test_df["content_type_id"].to_numpy() == 0
-        row_ids = test_df["row_id"][question].astype(str)
-        local.update(zip(row_ids, state.predict(test_df), strict=True))
-    assert len(local) == len(predicted) == 104
-    assert len(set(local.values())) > 20  # predictions that differ from row to row
-    for row_id, probability in local.items():
-        assert predicted[row_id] == pytest.approx(float(probability), abs=1e-6), row_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -158,10 +159,12 @@ def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, t
     flags = ("--output-dir", out, "--full", "--kaggle-dir", bundle, "--no-progress")
     exported = run_numbered_script("04_infer.py", *flags)
     assert exported.returncode == 0, exported.stderr
-    bundled = torch.load(bundle / "full" / "best.pt", weights_only=False)
+    dataset = bundle / "dataset"
+    bundled = torch.load(dataset / "full" / "best.pt", weights_only=False)
     assert bundled["model_digest"] == best["model_digest"]
-    assert "--full" in (bundle / "KAGGLE.md").read_text()
-    assert (bundle / "state" / "snapshot.npz").exists() and not (bundle / "fold0").exists()
+    cell = json.loads((bundle / "kernel" / "submission.ipynb").read_text())["cells"][0]
+    assert 'run_submission(BUNDLE, model="full")' in "".join(cell["source"])
+    assert (dataset / "state" / "snapshot.npz").exists() and not (dataset / "fold0").exists()
 
 
 def test_micro_batch_parts_by_hand():

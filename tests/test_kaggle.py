@@ -1,0 +1,323 @@
+"""The Kaggle export: a valid notebook and kernel metadata, inference code that runs where
+the competition's API runs (Python 3.7, torch 1.7: checked statically with vermin and by
+running the exported cell in that environment), and the cell alone, in a fresh process
+whose path holds only the exported dataset, against a stand-in `riiideducation` that
+serves the real example test and checks the API's contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from common.checkpoint import save_checkpoint
+from common.kaggle_export import NOTEBOOK_FILE, KaggleIds, bundle_modules, export_kaggle
+from common.kaggle_notebook import COMPETITION, ApiNotFound, import_api
+from common.layout import PARTS_FILE, SNAPSHOT_FILE
+from common.online import OnlineState, Snapshot
+from tests.helpers import REPO, preprocess_real_rows, run_numbered_script, shared_file
+from tests.test_stream import random_model
+
+CPU = torch.device("cpu")
+DATASET_ID = "someone/riiid-saint"
+# the competition's environment, built by scripts/setup_kaggle2020_env.sh
+KAGGLE2020_PYTHON = REPO / ".venv-kaggle2020" / "bin" / "python"
+VERMIN = str(Path(sys.executable).parent / "vermin")  # requirements-dev.txt
+# CI sets it: there the 2020 environment must exist, a skip would hide a failure
+REQUIRE_KAGGLE2020 = os.environ.get("RIIID_REQUIRE_KAGGLE2020") == "1"
+
+# The stand-in for the competition's module: the API's rules as its organisers' starter
+# notebook and error messages state them.
+STAND_IN_API = """
+import os
+import pandas as pd
+
+_made = False
+
+
+class _Env:
+    def __init__(self):
+        stream = pd.read_csv(os.environ["STAND_IN_STREAM"])
+        self.groups = [group for _, group in stream.groupby("group_num")]
+        self.iterated = False
+        self.waiting = None
+        self.predicted = []
+
+    def iter_test(self):
+        if self.iterated:
+            raise Exception("You can only iterate over `iter_test()` once.")
+        self.iterated = True
+        for frame in self.groups:
+            test_df = frame.set_index("group_num")
+            question = test_df[test_df["content_type_id"] == 0]
+            # listed in another order, with a row that is not one of the group's questions
+            sample = pd.DataFrame({"row_id": list(question["row_id"][::-1]) + [10 ** 9],
+                                   "answered_correctly": 0.5})
+            self.waiting = set(question["row_id"])
+            yield test_df, sample
+            if self.waiting is not None:
+                raise Exception("You must call `predict()` successfully before you can "
+                                "continue with `iter_test()`")
+        pd.concat(self.predicted).to_csv("submission.csv", index=False)
+
+    def predict(self, df):
+        if self.waiting is None:
+            raise Exception("You must get the next test sample from `iter_test()` first.")
+        if not isinstance(df, pd.DataFrame) or list(df.columns) != ["row_id", "answered_correctly"]:
+            raise Exception("predict() takes a DataFrame of row_id and answered_correctly")
+        if set(df["row_id"]) != self.waiting or len(df) != len(self.waiting):
+            raise Exception("predict(): not the group's question rows")
+        values = df["answered_correctly"]
+        if values.isna().any() or not values.between(0, 1).all():
+            raise Exception("predict(): answered_correctly must be probabilities")
+        self.predicted.append(df.copy())
+        self.waiting = None
+
+
+def make_env():
+    global _made
+    if _made:
+        raise Exception("You can only call `make_env()` once.")
+    _made = True
+    return _Env()
+"""
+
+# Runs the notebook's cell as a Kaggle kernel would, after making sure this checkout is
+# not importable (the editable install's finder removed); with HIDE_NEWER_TORCH, torch
+# loses the APIs the competition's torch 1.7 lacks.
+LAUNCHER = """
+import importlib.util, json, os, sys
+sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+assert importlib.util.find_spec("common") is None, importlib.util.find_spec("common")
+if os.environ.get("HIDE_NEWER_TORCH") == "1":
+    import torch
+    import torch.nn.functional as F
+    del F.scaled_dot_product_attention  # torch 2.0
+    for name in ("inference_mode", "compile"):  # 1.9, 2.0
+        delattr(torch, name)
+    _load = torch.load
+    def load(f, map_location=None, pickle_module=None, **pickle_load_args):  # torch 1.7's
+        if "weights_only" in pickle_load_args:  # torch 1.13
+            raise TypeError("load() got an unexpected keyword argument 'weights_only'")
+        return _load(f, map_location=map_location, weights_only=False, **pickle_load_args)
+    torch.load = load
+cell = open(sys.argv[1]).read()
+exec(compile(cell, "submission.ipynb", "exec"), {"__name__": "__main__"})
+loaded = {n: m.__file__ for n, m in sys.modules.items() if n.split(".")[0] == "common"}
+print("LOADED " + json.dumps(loaded))
+"""
+
+
+def example_stream(train: pd.DataFrame) -> pd.DataFrame:
+    """The real example test, with its first five users renamed to the five real students
+    of `train` (their timestamps moved past their train.csv histories), so that the stream
+    continues known students as well as starting new ones; and one lecture row, which the
+    API serves but does not score, added to group 1 (and its -1 to group 2's lists)."""
+    example = pd.read_csv(shared_file("riiid_example_test", "example_test_reconstructed.csv"))
+    last = train.groupby("user_id")["timestamp"].max()
+    renamed = dict(zip(example["user_id"].unique()[:5], last.index, strict=True))
+    for old, new in renamed.items():
+        rows = example["user_id"] == old
+        example.loc[rows, "timestamp"] += int(last[new]) + 60_000
+        example.loc[rows, "user_id"] = new
+    first = example.index[example["group_num"] == 1][0]
+    lecture = example.loc[[first]].assign(
+        row_id=10_000, content_id=89, content_type_id=1, timestamp=lambda f: f.timestamp - 1
+    )
+    lecture[["prior_group_answers_correct", "prior_group_responses"]] = np.nan
+    example = pd.concat([example.loc[: first - 1], lecture, example.loc[first:]])
+    head = example.index[example["group_num"] == 2][0]
+    for column in ("prior_group_answers_correct", "prior_group_responses"):
+        values = json.loads(example.at[head, column])
+        at = list(example.loc[example["group_num"] == 1, "row_id"]).index(10_000)
+        example.at[head, column] = json.dumps([*values[:at], -1, *values[at:]])
+    return example.reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A random model over real students' rows, exported; with the stream it will see."""
+    tmp = tmp_path_factory.mktemp("kaggle")
+    output_dir, _, _ = preprocess_real_rows(tmp, "train_strict_format_5users.csv")
+    model = random_model(13523)
+    checkpoint = tmp / "fold0" / "best.pt"
+    save_checkpoint(
+        checkpoint,
+        {"model_config": model.config.to_dict(), "model_state": model.state_dict(), "epoch": 3},
+    )
+    dataset, kernel = export_kaggle(
+        output_dir, checkpoint, "fold0", tmp / "kaggle", KaggleIds(DATASET_ID)
+    )
+    train = pd.read_csv(shared_file("riiid_train_sample", "train_strict_format_5users.csv"))
+    stream = tmp / "stream.csv"
+    example_stream(train).to_csv(stream, index=False)
+    return {"dataset": dataset, "kernel": kernel, "model": model, "stream": stream}
+
+
+def local_predictions(exported) -> pd.Series:
+    """The stream through this repository's online state, from the exported state."""
+    state_dir = exported["dataset"] / "state"
+    snapshot = Snapshot.load(state_dir / SNAPSHOT_FILE)
+    state = OnlineState(exported["model"], np.load(state_dir / PARTS_FILE), CPU, snapshot)
+    predicted = {}
+    for _, frame in pd.read_csv(exported["stream"]).groupby("group_num"):
+        test_df = frame.set_index("group_num")
+        rows = test_df["row_id"][test_df["content_type_id"] == 0]
+        predicted.update(zip(rows, state.predict(test_df), strict=True))
+    return pd.Series(predicted)
+
+
+def test_notebook_and_metadata(exported):
+    nb = nbformat.read(exported["kernel"] / NOTEBOOK_FILE, as_version=4)
+    nbformat.validate(nb)
+    assert [c.cell_type for c in nb.cells] == ["code"]
+    assert 'run_submission(BUNDLE, model="fold0")' in nb.cells[0].source
+    kernel = json.loads((exported["kernel"] / "kernel-metadata.json").read_text())
+    assert kernel["id"] == "someone/riiid-saint-submission"
+    assert kernel["code_file"] == NOTEBOOK_FILE
+    assert kernel["competition_sources"] == [COMPETITION]
+    assert kernel["dataset_sources"] == [DATASET_ID]
+    assert kernel["enable_internet"] is False and kernel["enable_gpu"] is True
+    dataset = json.loads((exported["dataset"] / "dataset-metadata.json").read_text())
+    assert dataset["id"] == DATASET_ID and dataset["title"] == "riiid-saint"
+
+
+def test_the_bundle_ships_the_inference_modules_only(exported):
+    shipped = sorted(p.stem for p in (exported["dataset"] / "code" / "common").glob("*.py"))
+    assert shipped == sorted(["__init__"] + [m.split(".")[1] for m in bundle_modules()])
+    for not_inference in ("cli", "training", "dataset", "folds", "emulator", "kaggle_export"):
+        assert not_inference not in shipped
+
+
+def test_bundle_code_needs_nothing_newer_than_python_37(exported):
+    """vermin, a static minimum-version checker, over the shipped code: it fails on
+    syntax and standard-library use newer than 3.7 (zip(strict=), walrus, ...)."""
+    code = exported["dataset"] / "code"
+    checked = subprocess.run(
+        [VERMIN, "-t=3.7-", "--violations", "--no-tips", str(code)],
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def run_cell(exported, tmp_path: Path, python: str, hide_newer_torch: bool) -> pd.Series:
+    """The notebook's cell in a fresh process: /kaggle/input holds the dataset and the
+    competition's folder (with the stand-in API), the working directory is empty."""
+    kaggle_input = tmp_path / "kaggle" / "input"
+    shutil.copytree(exported["dataset"], kaggle_input / "riiid-saint")
+    api = kaggle_input / COMPETITION / "riiideducation"
+    api.mkdir(parents=True)
+    (api / "__init__.py").write_text(STAND_IN_API)
+    nb = nbformat.read(exported["kernel"] / NOTEBOOK_FILE, as_version=4)
+    cell = tmp_path / "cell.py"
+    cell.write_text(nb.cells[0].source.replace("/kaggle/input", str(kaggle_input)))
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(LAUNCHER)
+    working = tmp_path / "kaggle" / "working"
+    working.mkdir()
+    env = {
+        "PATH": os.environ["PATH"],
+        "STAND_IN_STREAM": str(exported["stream"]),
+        "HIDE_NEWER_TORCH": "1" if hide_newer_torch else "0",
+    }
+    done = subprocess.run(
+        [python, "-I", str(launcher), str(cell)],
+        cwd=working,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    loaded = json.loads(done.stdout.split("LOADED ")[-1])
+    bundle_code = str(kaggle_input / "riiid-saint" / "code")
+    assert loaded and all(path.startswith(bundle_code) for path in loaded.values()), loaded
+    summary = json.loads(done.stdout.splitlines()[-2])
+    assert summary["groups"] == 4 and summary["state_bytes"]["max_bytes"] == 9e9
+    submission = pd.read_csv(working / "submission.csv")
+    return submission.set_index("row_id")["answered_correctly"]
+
+
+def compare_with_local(exported, submitted: pd.Series) -> None:
+    local = local_predictions(exported)
+    assert len(local) == 104 and 10_000 not in local.index  # the lecture is not scored
+    assert sorted(submitted.index) == sorted(local.index)
+    assert local.nunique() > 20  # predictions that differ from row to row
+    np.testing.assert_allclose(submitted[local.index].to_numpy(), local.to_numpy(), atol=2e-6)
+
+
+@pytest.mark.slow
+def test_the_cell_runs_alone_with_newer_torch_apis_hidden(exported, tmp_path):
+    submitted = run_cell(exported, tmp_path, sys.executable, hide_newer_torch=True)
+    compare_with_local(exported, submitted)
+
+
+@pytest.mark.slow
+def test_the_cell_runs_in_the_competitions_2020_environment(exported, tmp_path):
+    """Python 3.7, torch 1.7.0, pandas 1.1.5, numpy 1.19.5: the Kaggle image of the
+    competition, where its compiled riiideducation imports."""
+    if not KAGGLE2020_PYTHON.exists():
+        message = f"{KAGGLE2020_PYTHON} is missing: run scripts/setup_kaggle2020_env.sh"
+        if REQUIRE_KAGGLE2020:
+            pytest.fail(message)
+        pytest.skip(message)
+    version = subprocess.run(
+        [
+            str(KAGGLE2020_PYTHON),
+            "-c",
+            "import sys, torch; print(sys.version[:3], torch.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert version == ["3.7", "1.7.0"], version
+    submitted = run_cell(exported, tmp_path, str(KAGGLE2020_PYTHON), hide_newer_torch=False)
+    compare_with_local(exported, submitted)
+
+
+def test_the_api_is_looked_for_in_the_competitions_folder(tmp_path, monkeypatch):
+    """Not importable and not in the competition's folder: what to add. There but built
+    for another Python (the real module is compiled for 3.7): what to pin."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    folder = tmp_path / COMPETITION
+    with pytest.raises(ApiNotFound, match="add the competition's data to the notebook"):
+        import_api(folder)
+    (folder / "riiideducation").mkdir(parents=True)
+    (folder / "riiideducation" / "__init__.py").write_text(
+        "raise ImportError('competition.cpython-37m-x86_64-linux-gnu.so: undefined symbol')"
+    )
+    with pytest.raises(ApiNotFound, match=r"compiled for Python 3\.7, so pin the notebook"):
+        import_api(folder)
+    assert "riiideducation" not in sys.modules
+
+
+def test_04_competition_runs_the_dataset_against_the_api(exported, tmp_path, monkeypatch):
+    """04_infer.py --competition: the same run_submission, from this checkout, with the
+    stand-in API importable as in a competition notebook; --max-state-memory passes on."""
+    api = tmp_path / "api" / "riiideducation"
+    api.mkdir(parents=True)
+    (api / "__init__.py").write_text(STAND_IN_API)
+    monkeypatch.syspath_prepend(str(api.parent))
+    monkeypatch.setenv("STAND_IN_STREAM", str(exported["stream"]))
+    monkeypatch.chdir(tmp_path)
+    flags = ("--model-dir", exported["dataset"], "--max-state-memory", 2, "--no-progress")
+    try:
+        done = run_numbered_script("04_infer.py", "--competition", *flags)
+    finally:  # later tests in this process must not find the API (04 would switch to it)
+        sys.modules.pop("riiideducation", None)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["rows"] == 104 and summary["state_bytes"]["max_bytes"] == 2e9
+    submitted = pd.read_csv(tmp_path / "submission.csv").set_index("row_id")
+    local = local_predictions(exported)
+    np.testing.assert_allclose(submitted["answered_correctly"][local.index], local, atol=1e-6)
