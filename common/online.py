@@ -55,6 +55,7 @@ MIN_POOL_STUDENTS = 256
 # snapshot's (at Riiid's size, room for 98k new students; past it a new student who does
 # not fit raises StateMemoryError)
 NEW_STUDENT_SHARE = 0.25
+SNAPSHOT_CHUNK = 16384  # students per step while the rings are filled from a snapshot
 BUILD_PART = 32  # students per forward pass when states are built from their histories
 # Per student besides the rings: n_items, last_first, last_timestamp, session_start,
 # key_from, cache_index (int64) and built (bool); and the slot_of dict entry with its two
@@ -90,10 +91,12 @@ class Snapshot:
     users: np.ndarray  # (n,) int64
     n_items: np.ndarray  # (n,) int64 questions answered so far
     last_first: np.ndarray  # (n,) int64 position of the last container's first question
-    fields: dict[str, np.ndarray]  # name -> (n, length)
+    fields: dict[str, np.ndarray] | FileFields  # name -> (n, length)
 
     @property
     def length(self) -> int:
+        if isinstance(self.fields, FileFields):
+            return self.fields.length
         return next(iter(self.fields.values())).shape[1]
 
     def save(self, path) -> None:
@@ -108,12 +111,42 @@ class Snapshot:
 
     @classmethod
     def load(cls, path) -> Snapshot:
-        with np.load(path) as data:
-            fields = {k[6:]: data[k] for k in data.files if k.startswith("field_")}
-            return cls(data["users"], data["n_items"], data["last_first"], fields)
+        """The snapshot in `path`; its fields are read from the file when used (one at a
+        time while a state is filled: the whole of them is 3.9 GB at Riiid's size)."""
+        data = np.load(str(path))
+        return cls(data["users"], data["n_items"], data["last_first"], FileFields(data))
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.fields.values()) + 3 * 8 * len(self.users)
+
+
+class FileFields:
+    """A snapshot file's fields, each read (decompressed) when asked for."""
+
+    def __init__(self, data):
+        self.data = data  # numpy's NpzFile, open
+        self.names = [k[len("field_") :] for k in data.files if k.startswith("field_")]
+        self._length: int | None = None
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        values = self.data["field_" + name]
+        self._length = values.shape[1]
+        return values
+
+    def items(self):
+        return ((name, self[name]) for name in self.names)
+
+    def values(self):
+        return (self[name] for name in self.names)
+
+    @property
+    def length(self) -> int:
+        if self._length is None:
+            self._length = self[self.names[0]].shape[1]
+        return self._length
 
 
 def build_snapshot(
@@ -248,22 +281,32 @@ class OnlineState:
         self.capacity = capacity
 
     def _load_snapshot(self, snapshot: Snapshot) -> None:
-        if snapshot.length < self.context:
+        """Fill the rings field by field and SNAPSHOT_CHUNK students at a time: with a
+        snapshot read from its file (Snapshot.load), one field is in memory at a time and
+        the index arrays stay small (at Riiid's size, whole-snapshot index arrays would
+        add about 4 GB beside the 4 GB of rings)."""
+        length = snapshot.length
+        if length < self.context:
             raise ValueError(
-                f"snapshot keeps {snapshot.length} questions per student, the model's "
-                f"receptive field is {self.context}"
+                f"snapshot keeps {length} questions per student, the model's receptive "
+                f"field is {self.context}"
             )
         n = len(snapshot.users)
         slots = np.arange(n)
         self.slot_of = dict(zip(snapshot.users.tolist(), slots.tolist()))  # noqa: B905 (Python 3.7: the Kaggle bundle)
-        positions = snapshot.n_items[:, None] - snapshot.length + np.arange(snapshot.length)
-        valid = positions >= 0
-        rows, cols = np.nonzero(valid)
-        for name, values in snapshot.fields.items():
-            self.rings[name][rows, positions[rows, cols] % self.ring] = values[rows, cols]
+        for name in list(snapshot.fields):
+            values = snapshot.fields[name]
+            ring = self.rings[name]
+            for lo in range(0, n, SNAPSHOT_CHUNK):
+                hi = min(lo + SNAPSHOT_CHUNK, n)
+                positions = snapshot.n_items[lo:hi, None] - length + np.arange(length)
+                rows, cols = np.nonzero(positions >= 0)
+                ring[rows + lo, positions[rows, cols] % self.ring] = values[lo:hi][rows, cols]
+            if name == "timestamp":
+                self.last_timestamp[:n] = values[:, -1]
+            del values
         self.n_items[:n] = snapshot.n_items
         self.last_first[:n] = snapshot.last_first
-        self.last_timestamp[:n] = snapshot.fields["timestamp"][:, -1]
 
     def _slots(self, users: np.ndarray) -> np.ndarray:
         slots = np.empty(len(users), dtype=np.int64)

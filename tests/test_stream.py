@@ -23,7 +23,7 @@ from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
 from common.folds import Fold, FoldConfig, load_fold_data, make_folds
 from common.layout import DATA_SUBDIR
 from common.model import SAINT, ModelConfig
-from common.online import OnlineState, build_snapshot
+from common.online import OnlineState, Snapshot, build_snapshot
 from common.predict import predict_tails, to_tensors
 from common.schema import TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 from common.tags import install_tags, tag_shape
@@ -477,3 +477,35 @@ def test_online_state_matches_batch_features_on_real_rows(tmp_path):
                 assert got == want, (user, position, name, got, want)
             compared += 1
     assert compared > 100
+
+
+def test_a_snapshot_read_from_its_file_fills_the_same_state(demo_dir, tmp_path, monkeypatch):
+    """The rings filled from a saved snapshot (fields read one at a time, students a chunk
+    at a time, the chunk cut small here) equal those filled from the snapshot in memory."""
+    model = random_model(load_fold_data(demo_dir, 0).n_questions)
+    data = load_fold_data(demo_dir, 0)
+    arrays = TrainArrays.load(demo_dir / DATA_SUBDIR)
+    parts = question_parts(load_questions(demo_dir / DATA_SUBDIR))
+    snapshot = build_snapshot(
+        data.sequences, arrays.users, data.train_length, model.config.receptive_field
+    )
+    snapshot.save(tmp_path / "snapshot.npz")
+    in_memory = OnlineState(model, parts, CPU, snapshot)
+    monkeypatch.setattr(online, "SNAPSHOT_CHUNK", 7)
+    from_file = OnlineState(model, parts, CPU, Snapshot.load(tmp_path / "snapshot.npz"))
+    assert len(snapshot.users) > 7 * 3 and from_file.slot_of == in_memory.slot_of
+    for name, ring in in_memory.rings.items():
+        assert np.array_equal(from_file.rings[name], ring), name
+    for name in ("n_items", "last_first", "last_timestamp"):
+        assert np.array_equal(getattr(from_file, name), getattr(in_memory, name)), name
+    # and both hold what the snapshot says, position by position
+    n, length = len(snapshot.users), snapshot.length
+    assert np.array_equal(from_file.last_timestamp[:n], snapshot.fields["timestamp"][:, -1])
+    assert np.array_equal(from_file.n_items[:n], snapshot.n_items)
+    for s in range(n):
+        first = max(0, int(snapshot.n_items[s]) - length)
+        positions = np.arange(first, snapshot.n_items[s])
+        kept = positions - (snapshot.n_items[s] - length)
+        for name, values in snapshot.fields.items():
+            ring = from_file.rings[name][s, positions % from_file.ring]
+            assert np.array_equal(ring, values[s, kept]), (s, name)
