@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from benchlib import WORK, Report, link_data, make_demo, results_flag, run, script
 
-from common.checkpoint import save_checkpoint
+from common.checkpoint import save_model
 from common.folds import fold_fingerprint, load_fold_data
 from common.model import SAINT, ModelConfig
 from common.tables import markdown_table
@@ -42,15 +42,8 @@ def measure(data_out: Path, work: Path, name: str, args: argparse.Namespace, say
     torch.manual_seed(0)
     config = ModelConfig(n_questions=n_questions, window=args.window, **CONFIGS[name])
     model = SAINT(config)
-    save_checkpoint(
-        out / "fold0" / "best.pt",
-        {
-            "model_config": config.to_dict(),
-            "model_state": model.state_dict(),
-            "epoch": 0,
-            "fold_fingerprint": fold_fingerprint(data_out, 0),
-        },
-    )
+    fingerprint = fold_fingerprint(data_out, 0)
+    save_model(out / "fold0" / "best.pt", model, epoch=0, fold_fingerprint=fingerprint)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     flags = ["--output-dir", out, "--fold", "0", "--no-progress", "--no-export"]
     flags += ["--group-rows", args.group_rows, *args.extra]

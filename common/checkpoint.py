@@ -61,6 +61,13 @@ class CheckpointError(UserError, ValueError):
     the file."""
 
 
+def save_model(path: Path, model: SAINT, **recorded) -> None:
+    """A checkpoint of `model` (its config and weights) and the `recorded` keys: how
+    benchmarks stream a model of fresh weights."""
+    state = {"model_config": model.config.to_dict(), "model_state": model.state_dict()}
+    save_checkpoint(path, {**state, **recorded})
+
+
 def save_inference_checkpoint(source: Path, dest: Path) -> None:
     """Write the checkpoint `source` as the bundle's: its INFERENCE_KEYS only, readable by
     the competition's torch 1.7 and numpy 1.19, with the same weights digest."""
