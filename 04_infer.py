@@ -106,6 +106,13 @@ def export(config: InferConfig, args, model: str) -> None:
         f"(later: kaggle datasets version -p {dataset} --dir-mode zip -m '<what changed>')\n"
         f"  kaggle kernels push -p {kernel}"
     )
+    if not args.kaggle_docker_image:
+        print(
+            "note: the notebook runs on Kaggle's latest image unless pinned, and there "
+            "riiideducation (built for Python 3.7) does not import: pin it to the "
+            "competition's original environment in the notebook's settings, or export with "
+            "--kaggle-docker-image"
+        )
 
 
 if __name__ == "__main__":

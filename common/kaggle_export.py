@@ -161,8 +161,9 @@ def kernel_metadata(ids: KaggleIds) -> dict:
         "kernel_sources": [],
         "model_sources": [],
     }
-    if ids.docker_image:
+    if ids.docker_image:  # "original": later pushes keep this image, not the latest
         metadata["docker_image"] = ids.docker_image
+        metadata["docker_image_pinning_type"] = "original"
     return metadata
 
 

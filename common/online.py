@@ -220,9 +220,10 @@ class OnlineState:
         self.pool = CachePool(model, max(cache_students, 1), device)
         self.max_bytes = max_bytes
         known = len(snapshot.users) if snapshot else 0
-        if max_bytes is not None:
-            self._fit_pool(known)
-        self._grow(max(1, known))
+        slots = known
+        if max_bytes is not None:  # the rings planned at once: never grown by copying
+            slots = self._fit_pool(known)
+        self._grow(max(1, slots))
         if snapshot is not None:
             self._load_snapshot(snapshot)
         self.previous: np.ndarray | None = None  # (rows, 2) slot, position of last group
@@ -230,11 +231,13 @@ class OnlineState:
         self.builds = 0
 
     # -- storage -----------------------------------------------------------------------
-    def _fit_pool(self, known: int) -> None:
+    def _fit_pool(self, known: int) -> int:
         """Shrink the cache pool to what the budget leaves beside the rings of the `known`
         students and NEW_STUDENT_SHARE more (new ones): a smaller pool evicts and rebuilds
-        more often (the same predictions, more time). Too small a budget for even
-        MIN_POOL_STUDENTS caches raises StateMemoryError now, not mid-stream."""
+        more often (the same predictions, more time). The pool is then allocated whole
+        at its first use, never grown by copying. Too small a budget for even
+        MIN_POOL_STUDENTS caches raises StateMemoryError now, not mid-stream. Returns the
+        student slots planned."""
         planned = known + int(known * NEW_STUDENT_SHARE)
         room = self.max_bytes - planned * self.student_bytes()
         fits = room // self.pool.bytes_per_student()
@@ -248,6 +251,8 @@ class OnlineState:
                 f"(--max-state-memory)"
             )
         self.pool.size = int(min(self.pool.size, fits))
+        self.pool.on_demand = False  # within a budget, the peak is the budget
+        return planned
 
     def _grow(self, needed: int) -> None:
         if needed <= self.capacity:
@@ -377,9 +382,13 @@ class OnlineState:
     def predict(self, test_df: pd.DataFrame) -> np.ndarray:
         """Probabilities for test_df's question rows, in their order."""
         if len(test_df) and "prior_group_answers_correct" in test_df.columns:
+            # the API puts the lists on the group's first row, whatever its type; taken
+            # from the first row that has them, so a reordered frame loses nothing
+            correct = test_df["prior_group_answers_correct"].to_numpy()
+            given = np.flatnonzero([isinstance(v, str) for v in correct])
+            first = int(given[0]) if len(given) else 0
             self.apply_previous_group(
-                test_df["prior_group_answers_correct"].iat[0],
-                test_df["prior_group_responses"].iat[0],
+                correct[first], test_df["prior_group_responses"].to_numpy()[first]
             )
         is_question = test_df["content_type_id"].to_numpy() == QUESTION
         previous = np.full((len(test_df), 2), -1, dtype=np.int64)

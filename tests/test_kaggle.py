@@ -20,7 +20,13 @@ import pytest
 import torch
 
 from common.checkpoint import save_checkpoint
-from common.kaggle_export import NOTEBOOK_FILE, KaggleIds, bundle_modules, export_kaggle
+from common.kaggle_export import (
+    NOTEBOOK_FILE,
+    KaggleIds,
+    bundle_modules,
+    export_kaggle,
+    kernel_metadata,
+)
 from common.kaggle_notebook import COMPETITION, ApiNotFound, import_api
 from common.layout import PARTS_FILE, SNAPSHOT_FILE
 from common.online import OnlineState, Snapshot
@@ -121,7 +127,9 @@ def example_stream(train: pd.DataFrame) -> pd.DataFrame:
     """The real example test, with its first five users renamed to the five real students
     of `train` (their timestamps moved past their train.csv histories), so that the stream
     continues known students as well as starting new ones; and one lecture row, which the
-    API serves but does not score, added to group 1 (and its -1 to group 2's lists)."""
+    API serves but does not score, added as group 1's first row: it carries the group's
+    prior_group_* lists, as the API's first row does whatever its type (and its -1 goes
+    into group 2's lists)."""
     example = pd.read_csv(shared_file("riiid_example_test", "example_test_reconstructed.csv"))
     last = train.groupby("user_id")["timestamp"].max()
     renamed = dict(zip(example["user_id"].unique()[:5], last.index, strict=True))
@@ -133,7 +141,8 @@ def example_stream(train: pd.DataFrame) -> pd.DataFrame:
     lecture = example.loc[[first]].assign(
         row_id=10_000, content_id=89, content_type_id=1, timestamp=lambda f: f.timestamp - 1
     )
-    lecture[["prior_group_answers_correct", "prior_group_responses"]] = np.nan
+    lists = ["prior_group_answers_correct", "prior_group_responses"]
+    example.loc[first, lists] = np.nan  # moved to the lecture, the group's new first row
     example = pd.concat([example.loc[: first - 1], lecture, example.loc[first:]])
     head = example.index[example["group_num"] == 2][0]
     for column in ("prior_group_answers_correct", "prior_group_responses"):
@@ -163,13 +172,14 @@ def exported(tmp_path_factory):
     return {"dataset": dataset, "kernel": kernel, "model": model, "stream": stream}
 
 
-def local_predictions(exported) -> pd.Series:
+def local_predictions(exported, stream: pd.DataFrame | None = None) -> pd.Series:
     """The stream through this repository's online state, from the exported state."""
     state_dir = exported["dataset"] / "state"
     snapshot = Snapshot.load(state_dir / SNAPSHOT_FILE)
     state = OnlineState(exported["model"], np.load(state_dir / PARTS_FILE), CPU, snapshot)
     predicted = {}
-    for _, frame in pd.read_csv(exported["stream"]).groupby("group_num"):
+    stream = pd.read_csv(exported["stream"]) if stream is None else stream
+    for _, frame in stream.groupby("group_num"):
         test_df = frame.set_index("group_num")
         rows = test_df["row_id"][test_df["content_type_id"] == 0]
         predicted.update(zip(rows, state.predict(test_df), strict=True))
@@ -187,6 +197,10 @@ def test_notebook_and_metadata(exported):
     assert kernel["competition_sources"] == [COMPETITION]
     assert kernel["dataset_sources"] == [DATASET_ID]
     assert kernel["enable_internet"] is False and kernel["enable_gpu"] is True
+    assert "docker_image" not in kernel  # no image pinned unless one is named
+    pinned = kernel_metadata(KaggleIds(DATASET_ID, docker_image="gcr.io/kaggle-gpu-images/x"))
+    assert pinned["docker_image"] == "gcr.io/kaggle-gpu-images/x"
+    assert pinned["docker_image_pinning_type"] == "original"
     dataset = json.loads((exported["dataset"] / "dataset-metadata.json").read_text())
     assert dataset["id"] == DATASET_ID and dataset["title"] == "riiid-saint"
 
@@ -321,3 +335,18 @@ def test_04_competition_runs_the_dataset_against_the_api(exported, tmp_path, mon
     submitted = pd.read_csv(tmp_path / "submission.csv").set_index("row_id")
     local = local_predictions(exported)
     np.testing.assert_allclose(submitted["answered_correctly"][local.index], local, atol=1e-6)
+
+
+def test_the_outcomes_on_a_lecture_first_row_reach_the_state(exported):
+    """Group 1 opens with a lecture carrying group 0's outcomes: flipping them moves the
+    later groups' predictions (they would not move if the lists were lost)."""
+    stream = pd.read_csv(exported["stream"])
+    first = stream.index[stream["group_num"] == 1][0]
+    assert stream.at[first, "content_type_id"] == 1  # the lecture, with the lists
+    flipped = stream.copy()
+    outcomes = json.loads(stream.at[first, "prior_group_answers_correct"])
+    flipped.at[first, "prior_group_answers_correct"] = json.dumps([1 - v for v in outcomes])
+    later = stream.loc[stream["group_num"] >= 1, "row_id"]
+    later = later[stream["content_type_id"] == 0]
+    as_given, as_flipped = local_predictions(exported), local_predictions(exported, flipped)
+    assert not np.allclose(as_given[later], as_flipped[later], atol=1e-4)

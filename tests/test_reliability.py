@@ -601,7 +601,7 @@ def test_unknown_students_and_questions_are_predicted(demo):
     assert all(user in state.slot_of for user in new_users)
 
 
-def test_state_memory_budget_sizes_the_cache_pool(demo):
+def test_state_memory_budget_sizes_the_cache_pool(demo, monkeypatch):
     """A budget shrinks the cache pool to what it leaves beside the rings of the known
     students and NEW_STUDENT_SHARE more; one too small for MIN_POOL_STUDENTS caches is
     refused before streaming, saying what it would need."""
@@ -615,6 +615,14 @@ def test_state_memory_budget_sizes_the_cache_pool(demo):
     planned = known + int(known * online.NEW_STUDENT_SHARE)
     fitted = demo_state(demo, model, cache_students=4096, max_bytes=planned * ring + 300 * cache)
     assert fitted.pool.size == 300 and fitted.state_bytes()["cache_students"] == 300
+    assert fitted.capacity == planned  # the rings planned at once, never grown by copying
+    monkeypatch.setattr(online, "NEW_STUDENT_SHARE", 40)  # more than the 1,024-slot minimum
+    many = known + known * 40
+    roomier = demo_state(demo, model, cache_students=300, max_bytes=many * ring + 300 * cache)
+    assert roomier.capacity == many > 1024
+    monkeypatch.undo()
+    fitted.pool.acquire(np.arange(3), fitted.cache_index)
+    assert fitted.pool.capacity == 300  # the pool allocated whole at its first use
     roomy = demo_state(demo, model, cache_students=100, max_bytes=planned * ring + 300 * cache)
     assert roomy.pool.size == 100  # never above cache_students
     with pytest.raises(
