@@ -250,7 +250,9 @@ class OnlineState:
                 f"{self.pool.bytes_per_student():,} B are needed: raise the budget "
                 f"(--max-state-memory)"
             )
-        self.pool.size = int(min(self.pool.size, fits))
+        # no more caches than the students planned (at least the floor): a small stream
+        # does not allocate gigabytes it cannot use
+        self.pool.size = int(min(self.pool.size, fits, max(planned, MIN_POOL_STUDENTS)))
         self.pool.on_demand = False  # within a budget, the peak is the budget
         return planned
 

@@ -603,8 +603,10 @@ def test_unknown_students_and_questions_are_predicted(demo):
 
 def test_state_memory_budget_sizes_the_cache_pool(demo, monkeypatch):
     """A budget shrinks the cache pool to what it leaves beside the rings of the known
-    students and NEW_STUDENT_SHARE more; one too small for MIN_POOL_STUDENTS caches is
-    refused before streaming, saying what it would need."""
+    students and NEW_STUDENT_SHARE more, to no more caches than those students (at least
+    MIN_POOL_STUDENTS) and to no more than cache_students; it allocates the rings and the
+    pool at once; one too small for MIN_POOL_STUDENTS caches is refused before streaming,
+    saying what it would need."""
     model = tiny_model(load_fold_data(demo, 0).n_questions)
     unbounded = demo_state(demo, model, cache_students=4096)
     known, ring, cache = (
@@ -613,23 +615,26 @@ def test_state_memory_budget_sizes_the_cache_pool(demo, monkeypatch):
         unbounded.pool.bytes_per_student(),
     )
     planned = known + int(known * online.NEW_STUDENT_SHARE)
-    fitted = demo_state(demo, model, cache_students=4096, max_bytes=planned * ring + 300 * cache)
-    assert fitted.pool.size == 300 and fitted.state_bytes()["cache_students"] == 300
-    assert fitted.capacity == planned  # the rings planned at once, never grown by copying
-    monkeypatch.setattr(online, "NEW_STUDENT_SHARE", 40)  # more than the 1,024-slot minimum
-    many = known + known * 40
-    roomier = demo_state(demo, model, cache_students=300, max_bytes=many * ring + 300 * cache)
-    assert roomier.capacity == many > 1024
-    monkeypatch.undo()
-    fitted.pool.acquire(np.arange(3), fitted.cache_index)
-    assert fitted.pool.capacity == 300  # the pool allocated whole at its first use
-    roomy = demo_state(demo, model, cache_students=100, max_bytes=planned * ring + 300 * cache)
-    assert roomy.pool.size == 100  # never above cache_students
+    assert planned < online.MIN_POOL_STUDENTS  # this demo's few students: the floor
+    small = demo_state(demo, model, cache_students=4096, max_bytes=planned * ring + 300 * cache)
+    assert small.pool.size == online.MIN_POOL_STUDENTS and small.capacity >= planned
     with pytest.raises(
         StateMemoryError,
         match=f"room for 255 model caches beside the rings of {planned:,} students",
     ):
         demo_state(demo, model, max_bytes=planned * ring + 255 * cache + cache // 2)
+    monkeypatch.setattr(online, "NEW_STUDENT_SHARE", 40)  # planned past the floor and 1,024
+    many = known + known * 40
+    budget = many * ring + 300 * cache
+    fitted = demo_state(demo, model, cache_students=4096, max_bytes=budget)
+    assert fitted.pool.size == 300 and fitted.state_bytes()["cache_students"] == 300
+    assert fitted.capacity == many > 1024  # the rings planned at once, never grown by copying
+    fitted.pool.acquire(np.arange(3), fitted.cache_index)
+    assert fitted.pool.capacity == 300  # the pool allocated whole at its first use
+    roomy = demo_state(demo, model, cache_students=100, max_bytes=budget)
+    assert roomy.pool.size == 100  # never above cache_students
+    few = demo_state(demo, model, cache_students=4096, max_bytes=many * ring + 5000 * cache)
+    assert few.pool.size == many  # no more caches than the students planned
 
 
 def test_state_memory_budget_stops_growth_at_the_budget(demo, monkeypatch):
