@@ -68,14 +68,17 @@ def save_model(path: Path, model: SAINT, **recorded) -> None:
     save_checkpoint(path, {**state, **recorded})
 
 
-def save_inference_checkpoint(source: Path, dest: Path) -> None:
+def save_inference_checkpoint(source: Path, dest: Path) -> ModelConfig:
     """Write the checkpoint `source` as the bundle's: its INFERENCE_KEYS only, readable by
-    the competition's torch 1.7 and numpy 1.19, with the same weights digest."""
+    the competition's torch 1.7 and numpy 1.19, with the same weights digest. Returns the
+    model config it records."""
     checkpoint = read_checkpoint(source, "cpu")
     lean = {k: checkpoint[k] for k in INFERENCE_KEYS if k in checkpoint}
-    lean["model_config"] = ModelConfig.from_dict(checkpoint["model_config"]).to_dict()
+    config = ModelConfig.from_dict(checkpoint["model_config"])
+    lean["model_config"] = config.to_dict()
     lean["source"] = source.name
     save_checkpoint(dest, lean)
+    return config
 
 
 def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict:

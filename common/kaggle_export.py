@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.checkpoint import read_checkpoint, save_inference_checkpoint
+from common.checkpoint import save_inference_checkpoint
 from common.dataset import Dataset
 from common.files import atomic_dir, write_json, write_text
 from common.kaggle_notebook import COMPETITION
@@ -41,7 +41,6 @@ from common.layout import (
     SNAPSHOT_FILE,
     state_dir,
 )
-from common.model import ModelConfig
 from common.online import Snapshot, build_snapshot
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -185,8 +184,7 @@ def export_kaggle(
     dataset_dir = kaggle_dir / KAGGLE_DATASET_SUBDIR
     kernel_dir = kaggle_dir / KAGGLE_KERNEL_SUBDIR
     with atomic_dir(dataset_dir) as tmp:
-        save_inference_checkpoint(checkpoint, tmp / model / "best.pt")
-        config = ModelConfig.from_dict(read_checkpoint(checkpoint)["model_config"])
+        config = save_inference_checkpoint(checkpoint, tmp / model / "best.pt")
         dataset = Dataset.load(output_dir)
         sequences = dataset.sequences
         snapshot: Snapshot = build_snapshot(

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-from common.checkpoint import save_checkpoint
+from common.checkpoint import save_model
 from common.kaggle_export import (
     NOTEBOOK_FILE,
     KaggleIds,
@@ -159,10 +159,7 @@ def exported(tmp_path_factory):
     output_dir, _, _ = preprocess_real_rows(tmp, "train_strict_format_5users.csv")
     model = random_model(13523)
     checkpoint = tmp / "fold0" / "best.pt"
-    save_checkpoint(
-        checkpoint,
-        {"model_config": model.config.to_dict(), "model_state": model.state_dict(), "epoch": 3},
-    )
+    save_model(checkpoint, model, epoch=3)
     dataset, kernel = export_kaggle(
         output_dir, checkpoint, "fold0", tmp / "kaggle", KaggleIds(DATASET_ID)
     )

@@ -30,7 +30,7 @@ import torch
 
 from common import online
 from common.api_loop import stream_loop
-from common.checkpoint import CheckpointError, save_checkpoint, state_digest
+from common.checkpoint import CheckpointError, save_model, state_digest
 from common.data import TrainArrays, load_questions, question_parts
 from common.emulator import Emulator, EmulatorConfig, stream_frame
 from common.evaluate import EvaluateConfig, evaluate
@@ -345,7 +345,7 @@ def run_folds(work: Path, demo: Path, demo_input: Path) -> Path:
 
 def run_checkpoint(work: Path, demo: Path, demo_input: Path) -> Path:
     model = SAINT(ModelConfig(n_questions=50, d_model=16, n_heads=2, window=20))
-    save_checkpoint(work / "fold0" / "epoch_01.pt", {"model_config": model.config.to_dict(), "model_state": model.state_dict()})  # fmt: skip
+    save_model(work / "fold0" / "epoch_01.pt", model)
     return work / "fold0"
 
 
