@@ -43,6 +43,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,8 +54,13 @@ import pandas as pd
 from benchlib import file_lock, flags, link_data, relative, run, script
 
 from common.cli import config_from_args, to_argv
-from common.files import write_json, write_text
+from common.dataset import Dataset
+from common.evaluate import EvaluateConfig
+from common.files import environment, write_json, write_text
+from common.folds import Fold
 from common.kt_datasets import MULTI_SKILL_MODES, PRESETS
+from common.metrics import score_metrics
+from common.scored_rows import baseline_columns, streamed_entries
 from common.train_config import TrainConfig, add_train_flags
 
 # 03_train.py flags of each model name: the papers' SAINT and SAINT+, and extensions:
@@ -75,8 +81,15 @@ MODEL_FLAGS = {
         "--model", "saint", "--tags", "--question-embedding", "rasch",
         "--decoder-features", "question",
     ),
+    "saint-rasch-readout": (
+        "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
+    ),
+    "saint-readout": ("--model", "saint", "--readout", "akt"),
 }  # fmt: skip
-MODELS = tuple(MODEL_FLAGS)
+# the baselines alone (05's three, the boosted features included) on each fold's stream
+# rows, without a model: cheap rows for the table
+BASELINES_ONLY = kt_report.BASELINES_ONLY
+MODELS = (*MODEL_FLAGS, BASELINES_ONLY)
 DEFAULT_MODELS = ("saint", "saint+")
 MODEL_NAMES = {
     "saint": "SAINT", "saint+": "SAINT+",
@@ -84,6 +97,9 @@ MODEL_NAMES = {
     "saint-interaction": "SAINT + skill tags + interaction decoder",
     "saint-rasch-encoder": "SAINT + Rasch skill embeddings (encoder)",
     "saint-rasch": "SAINT + Rasch skill embeddings (encoder and decoder)",
+    "saint-rasch-readout": "SAINT + Rasch skill embeddings + AKT read-out",
+    "saint-readout": "SAINT + AKT read-out",
+    BASELINES_ONLY: BASELINES_ONLY,
 }  # fmt: skip
 SLICE_SEED = 0
 # the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine
@@ -271,12 +287,49 @@ def report_lock(model_dir: Path):
     return file_lock(model_dir / "report.lock")
 
 
+def run_baselines(ctx: Context, plan: DatasetPlan, model_dir: Path, k: int) -> dict:
+    """05's baselines on fold k's streamed question rows, in this process (no model)."""
+    clock = time.perf_counter()
+    data = Dataset.load(model_dir)
+    fold = Fold.load(model_dir, k)
+    entries = streamed_entries(data, fold)
+    config = EvaluateConfig()
+    columns = baseline_columns(data, fold, entries, config.baselines, config.features, config.seed)
+    labels = data.sequences.response[entries]
+    scores = {}
+    for name, values in columns.items():
+        metrics = score_metrics(labels, values)
+        scores[name] = {
+            "auc": metrics["auc"],
+            "accuracy": metrics["accuracy_at_half"],
+            "rows": metrics["rows"],
+        }
+    return {
+        "dataset": plan.preset,
+        "split": plan.split,
+        "model": BASELINES_ONLY,
+        "fold": k,
+        "scores": scores,
+        "seconds": time.perf_counter() - clock,
+        "feature_baseline": asdict(config.features),
+        "multi_skill_rows": ctx.args.multi_skill_rows,
+        "slice_students": ctx.args.slice_students,
+        "commands": [],
+        "environment": environment(),
+        "cpus": os.cpu_count(),
+    }
+
+
 def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: int) -> dict:
     """Train, stream and score fold k of `model`, or load its result when it exists."""
     result_path = model_dir / "results" / f"fold{k}.json"
     if result_path.exists() and not ctx.args.force:
         print(f"  skip: {relative(result_path)} exists", flush=True)
         return json.loads(result_path.read_text())
+    if model == BASELINES_ONLY:
+        result = run_baselines(ctx, plan, model_dir, k)
+        write_json(result_path, result)
+        return result
     if ctx.args.force:
         result_path.unlink(missing_ok=True)
         shutil.rmtree(model_dir / f"fold{k}", ignore_errors=True)
@@ -429,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
                 write_results(ctx, render_section(ctx, table_plans))
         for model in models:
             finished = [r["fold"] for r in kt_report.finished_results(model_dirs[model])]
-            if finished:
+            if finished and model != BASELINES_ONLY:
                 pooled_report(ctx, plan, model_dirs[model], finished)
     section = relative(render_section(ctx, table_plans))
     print(section, flush=True)

@@ -18,7 +18,13 @@ import pandas as pd
 from benchlib import relative, shown
 
 from common.baselines import BASELINE_NAMES
+from common.blend import BLEND
+from common.feature_baseline import FEATURE_BASELINE
 from common.tables import markdown_table
+
+BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)
+SCORERS = (BLEND, *BASELINES)  # beside the model, each where 05 scored it
+BASELINES_ONLY = "baselines"  # bench_kt's model of baseline-only folds
 
 if TYPE_CHECKING:
     from bench_kt import Context, DatasetPlan
@@ -30,11 +36,14 @@ def finished_results(model_dir: Path) -> list[dict]:
 
 
 def fold_metrics(model_dir: Path, k: int) -> dict:
-    """AUC and accuracy at 0.5 of the model and both baselines on fold k (05's metrics.csv)."""
+    """AUC and accuracy at 0.5 of the model, the blend and the baselines on fold k (05's
+    metrics.csv; the blend and the boosted features where 05 scored them)."""
     table = pd.read_csv(model_dir / "report" / "metrics.csv", dtype={"fold": str})
     rows = table[table["fold"] == str(k)].set_index("scorer")
     scores = {}
-    for scorer in ("model", *BASELINE_NAMES):
+    for scorer in ("model", *SCORERS):
+        if scorer not in rows.index:
+            continue
         scores[scorer] = {
             "auc": float(rows.loc[scorer, "auc"]),
             "accuracy": float(rows.loc[scorer, "accuracy_at_half"]),
@@ -73,10 +82,16 @@ def result_rows(finished: dict) -> list[list[str]]:
     rows = []
     for plan, by_model in finished.items():
         label = f"{plan.preset} ({plan.split})"
-        rows += [score_row(label, name, r, "model") for name, r in by_model.items()]
-        if by_model:
-            first = next(iter(by_model.values()))
-            rows += [score_row(label, f"baseline: {b}", first, b) for b in BASELINE_NAMES]
+        by_model = dict(by_model)
+        baselines_only = by_model.pop(BASELINES_ONLY, None)
+        for name, results in by_model.items():
+            rows.append(score_row(label, name, results, "model"))
+            if all(BLEND in r["scores"] for r in results):
+                rows.append(score_row(label, f"{name}, {BLEND}", results, BLEND))
+        source = baselines_only or next(iter(by_model.values()), None)
+        if source:
+            names = [b for b in BASELINES if all(b in r["scores"] for r in source)]
+            rows += [score_row(label, f"baseline: {b}", source, b) for b in names]
     return rows
 
 
@@ -164,7 +179,11 @@ def protocol_notes(ctx: Context, plans: list[DatasetPlan]) -> str:
         "pairs in the decoder the same form (`--decoder-features question`). "
         "assist2015's questions are its skills, so tags add nothing there.",
         "- Baselines are 05_evaluate.py's: each question's correct rate on the fold's training "
-        "rows, and that combined with the student's running correct rate.",
+        "rows, that combined with the student's running correct rate, and boosted features "
+        "(scikit-learn's histogram gradient boosting over common/past_features.py's past-event "
+        "features, fitted on the fold's training rows). Their rows come from the `baselines` "
+        "runs (no model) where they exist. A model's blend row: its logit blend with the "
+        "boosted features, the weight chosen on the fold's inner split (03 --select-on inner).",
     ]
     if ctx.args.slice_students:
         lines.append(
@@ -175,8 +194,11 @@ def protocol_notes(ctx: Context, plans: list[DatasetPlan]) -> str:
 
 
 def first_results(finished: dict) -> list[dict]:
-    """The finished folds of the first (dataset, model) that has any."""
-    return next((r for by_model in finished.values() for r in by_model.values()), [])
+    """The finished folds of the first (dataset, model) that has any, a trained model's
+    before the baselines'."""
+    found = [(name, r) for by_model in finished.values() for name, r in by_model.items()]
+    found.sort(key=lambda pair: pair[0] == BASELINES_ONLY)
+    return found[0][1] if found else []
 
 
 def example_commands(finished: dict) -> str:

@@ -28,8 +28,11 @@ import pandas as pd
 
 from common import metrics, plots
 from common.baselines import BASELINE_NAMES, BaselineConfig
+from common.blend import BLEND, BlendChoice, choose_fold_blend, logit_blend
 from common.dataset import Dataset
+from common.feature_baseline import FEATURE_BASELINE, FeatureBaselineConfig
 from common.files import atomic_file, write_json, write_run_record, write_text
+from common.folds import Fold
 from common.layout import REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
 from common.options import option, progress_option
@@ -68,12 +71,21 @@ class EvaluateConfig:
     calibration_bins: int = option(10, "bins of the calibration table and plot")
     # a bar over bootstrap resamples (minutes on millions of rows)
     progress: bool = progress_option()
+    feature_baseline: bool = option(
+        True,
+        "fit the boosted-features baseline (gradient-boosted trees over past-event "
+        "features) on each fold's training rows, and blend it with the model",
+    )
     baselines: BaselineConfig = field(default_factory=BaselineConfig)
+    features: FeatureBaselineConfig = field(default_factory=FeatureBaselineConfig)
+
+
+BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)
 
 
 def scorers(rows: pd.DataFrame) -> list[str]:
     """Score columns present, in report order."""
-    return [name for name in (MODEL, *BASELINE_NAMES, ORACLE) if name in rows.columns]
+    return [name for name in (MODEL, BLEND, *BASELINES, ORACLE) if name in rows.columns]
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,7 +233,10 @@ def headline(table: pd.DataFrame) -> dict:
         "auc": float(model["auc"]),
         "auc_ci_low": float(model["auc_ci_low"]),
         "auc_ci_high": float(model["auc_ci_high"]),
-        "baselines": {name: float(pooled.loc[name, "auc"]) for name in BASELINE_NAMES},
+        "baselines": {
+            name: float(pooled.loc[name, "auc"]) for name in BASELINES if name in pooled.index
+        },
+        "blend_auc": float(pooled.loc[BLEND, "auc"]) if BLEND in pooled.index else None,
         "oracle_auc": float(pooled.loc[ORACLE, "auc"]) if ORACLE in pooled.index else None,
     }
     result["lift"] = {name: result["auc"] - auc for name, auc in result["baselines"].items()}
@@ -250,6 +265,16 @@ def _headline_markdown(head: dict, folds: list[int], config: EvaluateConfig) -> 
         )
     for name, auc in head["baselines"].items():
         lines.append(f"Lift over the {name} baseline ({auc:.4f}): {head['lift'][name]:+.4f} AUC.")
+    if head.get("blend_auc") is not None:
+        weights = ", ".join(
+            f"fold {k}: {choice['weight']:g}" for k, choice in head["blend"].items()
+        )
+        lines.append(
+            f"**Blend AUC {head['blend_auc']:.4f}**: the model's and the boosted features' "
+            f"logits, the model's weight chosen on each fold's inner split ({weights})."
+        )
+    for reason in head.get("no_blend", []):
+        lines.append(f"No blend for {reason}.")
     if "selection" in head:
         lines.append(head["selection"])
     return "\n".join(f"- {line}" for line in lines) + "\n"
@@ -280,6 +305,20 @@ def _method_markdown(config: EvaluateConfig, has_oracle: bool) -> str:
         "rows of the student's earlier task containers (training history and earlier "
         "stream containers, whose outcomes the API has revealed); never the row's own "
         "container or later rows.",
+        "Boosted-features baseline: scikit-learn's HistGradientBoostingClassifier "
+        f"(at most {config.features.boost_rounds} rounds, learning rate "
+        f"{config.features.boost_learning_rate:g}, {config.features.boost_leaves} leaves, "
+        "early stopping on a tenth of its training rows) over common/past_features.py's "
+        "features: the student's running, recent, per-part, per-skill and per-question "
+        "answers and correct rates over earlier task containers, times since the previous "
+        "container and the same question, the question's training rate (out of fold on "
+        "its own training rows), explanation and elapsed-time means; fitted on the fold's "
+        f"training rows (a sample of {config.features.boost_max_rows:,} at most).",
+        "Blend: sigmoid(w × logit(model) + (1 − w) × logit(boosted features)); w in "
+        "0, 0.05, ..., 1 maximizes the AUC of the fold's inner split (training students' "
+        "questions the model neither trained on nor is scored on: 03's "
+        "inner_predictions.parquet of the streamed checkpoint, against the baseline "
+        "fitted without them), never of the scored rows.",
         "Slices: new = the student has no training rows in this fold; history length = the "
         "student's question rows before this one (training history and earlier stream "
         "rows, including earlier questions of the same container); container size = "
@@ -323,6 +362,25 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
         frame.to_csv(tmp, index=False)
 
 
+def fold_blend(
+    output_dir: Path, fold_index: int, data: Dataset, config: EvaluateConfig
+) -> tuple[BlendChoice | None, str]:
+    """The fold's blend weight, chosen on its inner split (common.blend)."""
+    summary = stream_summary(output_dir, fold_index)
+    fold = Fold.load(output_dir, fold_index)
+    cut_row = data.arrays.offsets[:-1] + fold.user_cut
+    return choose_fold_blend(
+        output_dir,
+        fold_index,
+        data,
+        cut_row,
+        summary.get("checkpoint_epoch"),
+        config.baselines.question_prior,
+        config.features,
+        config.seed,
+    )
+
+
 def load_histories(output_dir: Path, folds: list[int]) -> dict[int, pd.DataFrame]:
     histories = {}
     for k in folds:
@@ -341,8 +399,26 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
             f"no {output_dir}/fold*/{STREAM_PREDICTIONS}: run 04_infer.py first"
         )
     data = Dataset.load(output_dir)
-    rows = pd.concat([load_fold_rows(output_dir, k, data, config.baselines) for k in folds])
-    rows = rows.reset_index(drop=True)
+    features = config.features if config.feature_baseline else None
+    frames, blends, no_blend = [], {}, []
+    for k in folds:
+        fold_rows = load_fold_rows(output_dir, k, data, config.baselines, features, config.seed)
+        if features is not None:
+            choice, reason = fold_blend(output_dir, k, data, config)
+            if choice is None:
+                no_blend.append(reason)
+            else:
+                blends[k] = choice
+                fold_rows[BLEND] = logit_blend(
+                    fold_rows[MODEL].to_numpy(),
+                    fold_rows[FEATURE_BASELINE].to_numpy(),
+                    choice.weight,
+                )
+        frames.append(fold_rows)
+    if no_blend:  # a blend row over some folds only would not compare with the others
+        frames = [frame.drop(columns=[BLEND], errors="ignore") for frame in frames]
+        blends = {}
+    rows = pd.concat(frames).reset_index(drop=True)
     truth_path = input_dir / TRUTH_FILE
     if truth_path.exists():
         rows = add_oracle(rows, truth_path)
@@ -373,6 +449,8 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
     links = {title: f"{REPORT_SUBDIR}/{name}" for title, name in figures.items()}
 
     head = headline(table)
+    head["blend"] = {k: asdict(choice) for k, choice in blends.items()}
+    head["no_blend"] = no_blend
     head["folds"] = folds
     head["selection"] = selection_note({k: stream_summary(output_dir, k) for k in folds})
     head["report"] = str(output_dir / "report.md")

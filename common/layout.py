@@ -29,6 +29,10 @@ CODE_SUBDIR = "code"  # in the dataset: the inference modules of the package
 # in fold{k}/, written by 04 and read by 05
 STREAM_PREDICTIONS = "stream_predictions.parquet"
 STREAM_SUMMARY = "stream_summary.json"  # the checkpoint, what chose it, the fold
+# in fold{k}/, written by 03 with best.pt (--select-on inner) and read by 05: that
+# checkpoint's teacher-forced predictions of the inner validation split, on which 05
+# chooses the blend's weight
+INNER_PREDICTIONS = "inner_predictions.parquet"
 
 
 def data_dir(output_dir: str | Path) -> Path:

@@ -19,7 +19,7 @@ whose inputs carry no outcome of their own container, use plain causal masks.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 
 import torch
@@ -83,6 +83,17 @@ class ModelConfig:
         "difficulty per question times the tags' variation vector (AKT-Rasch)",
         choices=("id", "rasch"),
     )
+    # "akt": a read-out beside the decoder, as AKT's knowledge retriever (Ghosh et al.
+    # 2020): the current question's embedding attends to the embeddings of the questions
+    # already answered (rotary positions tell how far back), their (question + outcome)
+    # embeddings as values, and a small network of what it read and the question adds a
+    # logit to the decoder's
+    readout: str = option(
+        "none",
+        "none, or akt: the current question attends to the questions answered before it, "
+        "with their outcomes as values (AKT's retriever), beside the decoder",
+        choices=("none", "akt"),
+    )
     rope_base: float = option(10000.0, "rotary embeddings' base")
     # share of each head's channels that rotary embeddings rotate. All of them: a query
     # must single out its own position among a window of keys (the decoder meets the
@@ -110,6 +121,8 @@ class ModelConfig:
             raise ValueError(f"rope_fraction must be in (0, 1], got {self.rope_fraction}")
         if self.attention not in ("mha", "mla"):
             raise ValueError(f"attention must be 'mha' or 'mla', got {self.attention!r}")
+        if self.readout not in ("none", "akt"):
+            raise ValueError(f"readout must be 'none' or 'akt', got {self.readout!r}")
         if self.question_embedding not in ("id", "rasch"):
             raise ValueError(
                 f"question_embedding must be 'id' or 'rasch', got {self.question_embedding!r}"
@@ -241,6 +254,21 @@ class DecoderLayer(nn.Module):
 # ---------------------------------------------------------------------------------------
 
 
+class ReadoutAttention(Attention):
+    """Attention whose keys and values come from different inputs: kv_state takes
+    (key input, value input), each (B, S, D), and projects them with the two halves of
+    the key/value matrix. Standard (not latent) attention only."""
+
+    def kv_state(self, x: tuple[Tensor, Tensor], key_rope) -> tuple[Tensor, ...]:
+        key_input, value_input = x
+        key_weight, value_weight = self.key_value.weight.chunk(2)
+        key_bias, value_bias = self.key_value.bias.chunk(2)
+        key = F.linear(key_input, key_weight, key_bias)
+        batch, length, width = key.shape
+        key = Rotary.rotate(key.reshape(batch, length, self.n_heads, -1), key_rope)
+        return key.view(batch, length, width), F.linear(value_input, value_weight, value_bias)
+
+
 class SAINT(nn.Module):
     """SAINT / SAINT+ over batches from common.features.step_inputs."""
 
@@ -295,6 +323,14 @@ class SAINT(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.decoder_norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, 1)
+        if config.readout == "akt":
+            # standard attention whatever config.attention: its keys and values come from
+            # different inputs (ReadoutAttention)
+            self.readout = ReadoutAttention(replace(config, attention="mha"))
+            self.readout_norm = nn.LayerNorm(d)
+            self.readout_head = nn.Sequential(
+                nn.Linear(2 * d, d), nn.ReLU(), Dropout(config.dropout), nn.Linear(d, 1)
+            )
         # queries per block of banded attention on long sequences (0: the window); a
         # speed setting only, the result is the same (see Blocks)
         self.attention_block = 0
@@ -389,6 +425,23 @@ class SAINT(nn.Module):
                 x = x + self.question_embed(question) * variation
         return x
 
+    def _question_vector(self, question: Tensor) -> Tensor:
+        """(B, L, D): the read-out's embedding of questions (ids above n_questions, the
+        start token's, read as unknown): the question's vector, with tags their mean
+        embedding, and in Rasch form the scalar difficulty times the tags' variation."""
+        question = question.clamp(max=self.config.n_questions)
+        rasch = self.config.question_embedding == "rasch"
+        x = 0 if rasch else self.question_embed(question)
+        if self.config.n_tags:
+            tags = self.question_tags[question]
+            present = tags != self.config.n_tags
+            x = x + self._tag_mean(self.tag_embed, tags, present)
+            if rasch:
+                x = x + self.question_embed(question) * self._tag_mean(
+                    self.tag_variation, tags, present
+                )
+        return x
+
     def _blocks(self, batch: dict[str, Tensor]) -> Blocks | None:
         """Blocks for a sequence long enough that banded attention by blocks is cheaper
         than dense (a training sequence; its keys share the queries' positions); None
@@ -449,7 +502,8 @@ class SAINT(nn.Module):
             if cache is None:
                 return state
             ring = getattr(cache, group)[i]
-            where = k_where if (group == "decoder" and i == 0) else q_where
+            key_side = group == "readout" or (group == "decoder" and i == 0)
+            where = k_where if key_side else q_where
             for target, new in zip(ring, state):  # noqa: B905 (Python 3.7: the Kaggle bundle)
                 cache.store(target, new, where, cache.rows)
             return tuple(cache.read(target) for target in ring)
@@ -472,4 +526,15 @@ class SAINT(nn.Module):
             self_rope, self_mask = (outcome_rope, container) if i == 0 else (past_rope, causal)
             x = layer(x, query_rope, state, self_rope, self_mask, cross_state, past_rope, causal)
         logits = self.head(self.decoder_norm(x)).squeeze(-1)  # (B, T)
+        if self.config.readout == "akt":
+            # key s carries question s - 1 and its outcome; the container mask lets a
+            # query read only the questions answered before its container
+            asked = self._question_vector(batch["question"])  # (B, T, D)
+            answered = self._question_vector(batch["key_question"])  # (B, S, D)
+            state = self.readout.kv_state((answered, keys + answered), key_rope)
+            state = remember("readout", 0, state)
+            read = self.readout(
+                self.readout_norm(asked), query_rope, state, outcome_rope, container
+            )
+            logits = logits + self.readout_head(torch.cat((read, asked), -1)).squeeze(-1)
         return logits

@@ -23,6 +23,9 @@ class ModelCache:
     encoder: list[tuple[Tensor, ...]]  # per layer, states (B, R, X)
     cross: list[tuple[Tensor, ...]]
     decoder: list[tuple[Tensor, ...]]
+    # the read-out's states (ModelConfig.readout "akt"): none, or one (keys, values) pair
+    # over the key stream's positions
+    readout: list[tuple[Tensor, ...]]
     # a view of some rows of a larger cache (a pool): batch row b is the tensors' row
     # rows[b]; a forward pass stores into those rows and reads them (see `view`)
     rows: Tensor | None = None
@@ -47,6 +50,9 @@ class ModelCache:
             blank(config.encoder_layers),
             blank(config.decoder_layers),
             blank(config.decoder_layers),
+            [tuple(torch.zeros(rows, size, config.d_model, device=device) for _ in range(2))]
+            if config.readout == "akt"
+            else [],
         )
 
     @property
@@ -56,7 +62,7 @@ class ModelCache:
     def groups(self) -> list[tuple[Tensor, list[Tensor]]]:
         """(positions, states) pairs: each state is (B, R, X) over those positions."""
         query_side = [t for g in self.encoder + self.cross + self.decoder[1:] for t in g]
-        key_side = [t for g in self.decoder[:1] for t in g]
+        key_side = [t for g in self.decoder[:1] + self.readout for t in g]
         return [(self.query_position, query_side), (self.key_position, key_side)]
 
     def tensors(self) -> list[Tensor]:
@@ -90,6 +96,7 @@ class ModelCache:
             states(self.encoder),
             states(self.cross),
             states(self.decoder),
+            states(self.readout),
         )
 
     def view(self, rows: Tensor) -> ModelCache:
@@ -114,6 +121,7 @@ class ModelCache:
             pick(self.encoder),
             pick(self.cross),
             pick(self.decoder),
+            pick(self.readout),
         )
 
     def reset(self, rows: Tensor) -> None:

@@ -1,7 +1,8 @@
 """05's input: every fold's streamed question rows (04's stream_predictions.parquet),
 checked against stage 1's data and the fold (each streamed question row once, labels and
-ids as in the data, probabilities), with the keys of 05's slices, both baselines' scores
-and, on demo data, the true probability as the oracle."""
+ids as in the data, probabilities), with the keys of 05's slices, the baselines' scores
+(common.baselines, common.feature_baseline) and, on demo data, the true probability as
+the oracle."""
 
 from __future__ import annotations
 
@@ -11,11 +12,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.baselines import BaselineConfig, baseline_scores
+from common.baselines import BaselineConfig, baseline_scores, training_entries
 from common.dataset import Dataset
+from common.feature_baseline import (
+    FEATURE_BASELINE,
+    FeatureBaselineConfig,
+    fit_feature_baseline,
+    score_feature_baseline,
+)
 from common.features import QuestionSequences
 from common.folds import Fold, FoldMismatchError, check_fold_fingerprint
 from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, folds_holding
+from common.past_features import question_skills
 from common.schema import QUESTION
 
 MODEL = "model"
@@ -41,10 +49,17 @@ def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.nda
 
 
 def load_fold_rows(
-    output_dir: Path, fold_index: int, data: Dataset, baselines: BaselineConfig
+    output_dir: Path,
+    fold_index: int,
+    data: Dataset,
+    baselines: BaselineConfig,
+    features: FeatureBaselineConfig | None = None,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """One fold's streamed question rows with labels from the data arrays, the slice
-    keys and both baselines. Raises if the predictions file does not match the fold."""
+    keys and the baselines (the boosted-features one unless `features` is None, fitted
+    on the fold's training rows). Raises if the predictions file does not match the
+    fold."""
     path = fold_dir(output_dir, fold_index) / STREAM_PREDICTIONS
     summary = stream_summary(output_dir, fold_index)
     check_fold_fingerprint(summary.get("fold_fingerprint"), output_dir, fold_index, str(path))
@@ -101,11 +116,39 @@ def load_fold_rows(
     )
     if "group_num" in predictions.columns:
         rows["group_num"] = predictions["group_num"].to_numpy()
-    cut_row = arrays.offsets[:-1] + fold.user_cut
-    scores = baseline_scores(sequences, entries, cut_row, data.n_questions, baselines)
-    for name, values in scores.items():
+    for name, values in baseline_columns(data, fold, entries, baselines, features, seed).items():
         rows[name] = values
     return rows
+
+
+def streamed_entries(data: Dataset, fold: Fold) -> np.ndarray:
+    """Flat entries of the fold's streamed question rows: what 05 scores."""
+    streamed_type = np.asarray(data.arrays["content_type_id"])[fold.stream_index]
+    stream = fold.stream_index[streamed_type == QUESTION]
+    return np.searchsorted(data.sequences.row, stream)
+
+
+def baseline_columns(
+    data: Dataset,
+    fold: Fold,
+    entries: np.ndarray,
+    baselines: BaselineConfig,
+    features: FeatureBaselineConfig | None = None,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Every baseline's scores of the flat entries: both of common.baselines and, unless
+    `features` is None, the boosted features fitted on the fold's training rows."""
+    sequences = data.sequences
+    cut_row = data.arrays.offsets[:-1] + fold.user_cut
+    scores = baseline_scores(sequences, entries, cut_row, data.n_questions, baselines)
+    if features is not None:
+        skill = question_skills(data.questions, data.n_questions)
+        train = training_entries(sequences, cut_row)
+        fitted = fit_feature_baseline(
+            sequences, train, skill, data.n_questions, baselines.question_prior, features, seed
+        )
+        scores[FEATURE_BASELINE] = score_feature_baseline(fitted, sequences, entries, skill)
+    return scores
 
 
 def stream_summary(output_dir: Path, fold_index: int) -> dict:

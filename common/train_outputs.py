@@ -14,6 +14,8 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+import pandas as pd
+
 from common.checkpoint import (
     check_resumable,
     latest_epoch_checkpoint,
@@ -23,6 +25,7 @@ from common.checkpoint import (
     set_rng_state,
 )
 from common.files import atomic_file, remove_stale_temp_files, write_json
+from common.layout import INNER_PREDICTIONS
 from common.train_config import shaping_changes
 
 
@@ -102,6 +105,13 @@ class TrainOutputs:
             "span": self.span,
             "context": self.context,
         }
+
+    def _write_inner_predictions(self, probability) -> None:
+        """best.pt's predictions of the inner split (INNER_PREDICTIONS), with its epoch."""
+        rows = self.data.sequences.row[self.data.inner_tails.flat_index(self.data.sequences)]
+        frame = pd.DataFrame({"global_row": rows, "prediction": probability, "epoch": self.epoch})
+        with atomic_file(self.fold_dir / INNER_PREDICTIONS) as tmp:
+            frame.to_parquet(tmp, index=False)
 
     def _write_epoch(self, improved: bool) -> None:
         payload = self.checkpoint_payload()

@@ -354,11 +354,13 @@ class Trainer(TrainOutputs):
             train_loss, rate, train_seconds = self.train_epoch()
             self.epoch += 1
             inner_loss = inner_auc = fold_loss = fold_auc = math.nan
+            inner_probability = None
             valid_seconds = 0.0
             if self.dist.main:
                 clock = time.perf_counter()
                 if len(self.data.inner_tails.students):
-                    inner_loss, inner_auc, _ = self.validate(self.data.inner_tails)
+                    inner = self.validate(self.data.inner_tails)
+                    inner_loss, inner_auc, inner_probability = inner
                 if len(self.data.fold_tails.students):
                     fold_loss, fold_auc, _ = self.validate(self.data.fold_tails)
                 valid_seconds = time.perf_counter() - clock
@@ -382,6 +384,8 @@ class Trainer(TrainOutputs):
                 self.best_auc, self.best_epoch = selected, self.epoch
             if self.dist.main:
                 self._write_epoch(improved)
+                if improved and config.select_on == "inner" and inner_probability is not None:
+                    self._write_inner_predictions(inner_probability)
                 print(
                     f"epoch {self.epoch}: train loss {train_loss:.4f}  inner loss "
                     f"{inner_loss:.4f} AUC {inner_auc:.4f}  fold loss {fold_loss:.4f} AUC "

@@ -34,7 +34,7 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     command = [
         sys.executable,
         str(BENCH),
-        *("--datasets", "assist2009_pid", "--models", "saint", "--slice", "40"),
+        *("--datasets", "assist2009_pid", "--models", "saint", "baselines", "--slice", "40"),
         *("--folds", "0", "--epochs", "1", "--d-model", "16", "--heads", "2"),
         *("--layers", "1", "--window", "20", "--batch-size", "16", "--bootstrap", "0"),
         *("--work-dir", work, "--results", kept, "--source-root", SHARED_DATA),
@@ -50,7 +50,14 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     streamed = pd.read_parquet(results[0].parents[1] / "fold0" / "stream_predictions.parquet")
     recomputed = roc_auc_score(streamed["answered_correctly"], streamed["prediction"])
     assert result["scores"]["model"]["auc"] == pytest.approx(recomputed, abs=1e-12)
-    assert set(result["scores"]) == {"model", "question rate", "student + question"}
+    baselines = ("question rate", "student + question", "boosted features")
+    assert set(result["scores"]) == {"model", *baselines}
+    # the baseline-only run scores the same rows as 05 did beside the model, in-process
+    alone = work.glob("assist2009_pid-keep-akt5-slice40/baselines-*/results/fold0.json")
+    alone = json.loads(next(alone).read_text())
+    for name in baselines:
+        assert alone["scores"][name]["rows"] == result["scores"][name]["rows"]
+        assert alone["scores"][name]["auc"] == pytest.approx(result["scores"][name]["auc"])
     assert result["stream_rows"] == result["scores"]["model"]["rows"] > 0
     assert len(result["commands"]) == 3
 
@@ -58,6 +65,8 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert section.startswith("## Public knowledge-tracing datasets (bench/bench_kt.py)")
     assert "| assist2009_pid (akt5) | SAINT |" in section
     assert "| assist2009_pid (akt5) | baseline: question rate |" in section
+    boosted = alone["scores"]["boosted features"]["auc"]
+    assert f"| assist2009_pid (akt5) | baseline: boosted features | {boosted:.4f} |" in section
     # the table's AUCs (one fold: no ± part) are the fold's, as recomputed above
     auc, rate = (result["scores"][s]["auc"] for s in ("model", "question rate"))
     assert f"| assist2009_pid (akt5) | SAINT | {auc:.4f} |" in section

@@ -16,6 +16,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from common import blend
 from common.baselines import (
     question_rates,
     revealed_history,
@@ -23,11 +24,20 @@ from common.baselines import (
     training_entries,
 )
 from common.data import TrainArrays
+from common.dataset import Dataset
 from common.emulator import Emulator
 from common.evaluate import EvaluateConfig, evaluate, slice_table
+from common.feature_baseline import FeatureBaselineConfig
 from common.features import build_sequences
-from common.folds import Fold, FoldConfig, FoldMismatchError, fold_fingerprint, make_folds
-from common.layout import DATA_SUBDIR
+from common.folds import (
+    Fold,
+    FoldConfig,
+    FoldMismatchError,
+    fold_fingerprint,
+    load_fold_data,
+    make_folds,
+)
+from common.layout import DATA_SUBDIR, INNER_PREDICTIONS, fold_dir
 from common.metrics import (
     bootstrap_auc_interval,
     f1_optimal_threshold,
@@ -269,8 +279,19 @@ def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int,
     fold_dir = output_dir / f"fold{fold_index}"
     fold_dir.mkdir(parents=True, exist_ok=True)
     results.to_parquet(fold_dir / "stream_predictions.parquet", index=False)
-    summary = {"fold_fingerprint": fold_fingerprint(output_dir, fold_index), "checkpoint": "-"}
+    summary = {
+        "fold_fingerprint": fold_fingerprint(output_dir, fold_index),
+        "checkpoint": "-",
+        "checkpoint_epoch": 3,
+    }
     (fold_dir / "stream_summary.json").write_text(json.dumps(summary))
+    # what 03 writes beside best.pt: the inner split's predictions (a noisier copy)
+    data = load_fold_data(output_dir, fold_index, inner_share=0.1, seed=0)
+    inner_rows = data.sequences.row[data.inner_tails.flat_index(data.sequences)]
+    p = truth.reindex(np.asarray(arrays["row_id"])[inner_rows]).to_numpy()
+    noisy = np.clip(p + rng.normal(0, 0.3, len(p)), 0.01, 0.99)
+    inner = pd.DataFrame({"global_row": inner_rows, "prediction": noisy, "epoch": 3})
+    inner.to_parquet(fold_dir / INNER_PREDICTIONS, index=False)
     history = pd.DataFrame(
         {
             "epoch": [1, 2, 3],
@@ -322,11 +343,19 @@ def test_report_has_tables_and_headline(tiny_report):
     assert report.index("## Headline") < report.index("## Metrics")
     assert "Oracle AUC" in report and "oracle AUC" in report
     assert "model AUC" in stdout and "oracle AUC" in stdout and "report.md" in stdout
-    assert "Checkpoints: fold 0: - (epoch None), named by hand; fold 1:" in report
+    assert "Checkpoints: fold 0: - (epoch 3), named by hand; fold 1:" in report
+    assert "**Blend AUC" in report and "No blend" not in report
 
     metrics = pd.read_csv(output_dir / "report" / "metrics.csv")
     assert set(metrics["fold"].astype(str)) == {"0", "1", "pooled"}
-    assert set(metrics["scorer"]) == {"model", "question rate", "student + question", "oracle"}
+    assert set(metrics["scorer"]) == {
+        "model",
+        "blend: model + boosted features",
+        "question rate",
+        "student + question",
+        "boosted features",
+        "oracle",
+    }
     pooled = metrics[(metrics["fold"].astype(str) == "pooled")].set_index("scorer")
     model = pooled.loc["model"]
     assert model["auc_ci_low"] < model["auc"] < model["auc_ci_high"]
@@ -334,6 +363,13 @@ def test_report_has_tables_and_headline(tiny_report):
     assert per_fold[-1] == per_fold[:-1].sum()  # pooled = folds together
     # the oracle scores the true probability: the baselines must not beat it
     assert pooled.loc["oracle", "auc"] > pooled.loc["question rate", "auc"]
+    # the boosted features learn the students: above both simple baselines
+    assert pooled.loc["boosted features", "auc"] > pooled.loc["student + question", "auc"]
+    summary = json.loads((output_dir / "report" / "summary.json").read_text())
+    assert set(summary["blend"]) == {"0", "1"}
+    assert summary["blend_auc"] == pytest.approx(
+        pooled.loc["blend: model + boosted features", "auc"]
+    )
 
     slices = pd.read_csv(output_dir / "report" / "slices.csv", keep_default_na=False)
     # new and continuing rows counted from the folds themselves (cut 0: new)
@@ -420,3 +456,61 @@ def test_selection_note_says_what_chose_each_checkpoint():
         "(epoch 3), chosen on these very rows (--select-on fold: optimistic); fold 2: "
         "epoch_06.pt (epoch 6), named by hand."
     )
+
+
+def test_blend_weight_follows_the_better_scorer():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 4000)
+    good = np.clip(0.5 + 0.3 * (labels - 0.5) + rng.normal(0, 0.1, 4000), 0.01, 0.99)
+    noise = rng.uniform(0.01, 0.99, 4000)
+    assert blend.choose_weight(labels, good, noise) == 1.0
+    assert blend.choose_weight(labels, noise, good) == 0.0
+    other = np.clip(0.5 + 0.3 * (labels - 0.5) + rng.normal(0, 0.1, 4000), 0.01, 0.99)
+    assert 0.0 < blend.choose_weight(labels, good, other) < 1.0  # two views: both count
+    np.testing.assert_allclose(blend.logit_blend(good, noise, 1.0), good, rtol=1e-9)
+
+
+def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
+    """The weight comes from the inner predictions and a baseline fitted without the
+    inner rows: the scored rows play no part, and other inner predictions move it."""
+    data = Dataset.load(tiny_run)
+    fold = Fold.load(tiny_run, 0)
+    cut_row = data.arrays.offsets[:-1] + fold.user_cut
+    fitted_on = []
+    real_fit = blend.fit_feature_baseline
+
+    def spy(sequences, train, *args, **kwargs):
+        fitted_on.append(train.copy())
+        return real_fit(sequences, train, *args, **kwargs)
+
+    monkeypatch.setattr(blend, "fit_feature_baseline", spy)
+    choose = lambda epoch: blend.choose_fold_blend(  # noqa: E731
+        tiny_run, 0, data, cut_row, epoch, 20.0, FeatureBaselineConfig(), 0
+    )
+    choice, reason = choose(3)
+    assert reason == "" and choice.inner_rows > 100
+    inner = pd.read_parquet(fold_dir(tiny_run, 0) / INNER_PREDICTIONS)
+    entries = np.searchsorted(data.sequences.row, inner["global_row"].to_numpy())
+    train = fitted_on[0]
+    assert not train[entries].any()  # the baseline never saw the rows that choose
+    assert (
+        train.sum() > 0
+        and not train[
+            np.searchsorted(
+                data.sequences.row, cut_row[fold.user_cut < np.diff(data.arrays.offsets)]
+            )
+        ].any()
+    )  # nor a scored row
+
+    # the inner predictions decide: replaced by coin flips, the blend leans on the trees
+    saved = inner.copy()
+    try:
+        inner["prediction"] = np.random.default_rng(1).uniform(0.01, 0.99, len(inner))
+        inner.to_parquet(fold_dir(tiny_run, 0) / INNER_PREDICTIONS, index=False)
+        flipped, _ = choose(3)
+    finally:
+        saved.to_parquet(fold_dir(tiny_run, 0) / INNER_PREDICTIONS, index=False)
+    assert flipped.weight < choice.weight
+
+    none, reason = choose(4)  # another checkpoint streamed: its weight is unknown
+    assert none is None and "epoch [3]" in reason and "epoch 4" in reason

@@ -77,11 +77,13 @@ def _multi_question_containers(sequences, student, start, length):
     return [int(v) for v, c in zip(values, counts, strict=True) if c >= 2]
 
 
-def test_no_leakage_inside_a_task_container(real_sequences):
+@pytest.mark.parametrize("readout", ["none", "akt"])
+def test_no_leakage_inside_a_task_container(real_sequences, readout):
     """Changing the outcome of a question (response, answer, elapsed time, explanation)
-    leaves every other prediction of its container unchanged, and changes later ones."""
+    leaves every other prediction of its container unchanged, and changes later ones
+    (with the AKT-style read-out too, whose values carry outcomes)."""
     seq = real_sequences
-    model = small_model(13523)
+    model = small_model(13523, readout=readout)
     student = int(np.argmax(seq.lengths()))
     start, length = 200, 40
     containers = _multi_question_containers(seq, student, start, length)

@@ -16,6 +16,7 @@ from common.checkpoint import load_model, save_checkpoint
 from common.device import autocast_dtype
 from common.features import window_inputs
 from common.folds import load_fold_data, load_full_data
+from common.metrics import auc_or_nan
 from common.predict import to_tensors
 from common.train_plan import batch_bounds, epoch_spans, micro_batch_groups
 from common.training import Trainer
@@ -114,6 +115,18 @@ def test_checkpoints_are_self_describing(demo, tmp_path):
     assert checkpoint["selected_on"] == "inner"
     assert checkpoint["best_auc"] == history["inner_auc"].max()
     assert "best inner validation AUC" in printed
+    # best.pt's predictions of the inner split, for 05's blend: the inner questions, each
+    # once, with the selected epoch, and the AUC the history records for that epoch
+    best = torch.load(fold_dir / "best.pt", weights_only=False)["best_epoch"]
+    inner = pd.read_parquet(fold_dir / "inner_predictions.parquet")
+    split = load_fold_data(out, 0, inner_share=0.1, seed=0)
+    seq = split.sequences
+    expected_rows = seq.row[split.inner_tails.flat_index(seq)]
+    np.testing.assert_array_equal(inner["global_row"].to_numpy(), expected_rows)
+    assert set(inner["epoch"]) == {best}
+    labels = seq.response[np.searchsorted(seq.row, expected_rows)]
+    recorded = history.set_index("epoch").loc[best, "inner_auc"]
+    assert auc_or_nan(labels, inner["prediction"].to_numpy()) == pytest.approx(recorded)
     # inference rebuilds the model from the checkpoint alone
     model, _ = load_model(fold_dir / "best.pt")
     data = load_fold_data(out, 0)

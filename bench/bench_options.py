@@ -1,0 +1,132 @@
+"""Ablation of the modeling options of issue 17 (the AKT read-out, the boosted-features
+baseline and the blend) on fold 0 of the quick start's demo and of assist2009_pid.
+
+Demo: the quick start's 2,000 students (00-02 as run_demo.sh), then per variant 03 (the
+quick start's recipe, best.pt chosen on the inner split), 04 streaming fold 0 and 05
+(which fits the boosted features on the fold's training rows and chooses the blend's
+weight on the inner split). assist2009_pid: fold 0 of every bench_kt.py model run with
+`--checkpoint best` found under --kt-dir, and its `baselines` run (none is run here).
+
+    python bench/bench_options.py                 # the demo variants, then the table
+    python bench/bench_options.py --table-only    # the table from finished runs
+
+The section goes to bench/results/options.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+from benchlib import WORK, Report, link_data, make_demo, results_flag, run, script
+
+from common.blend import BLEND
+from common.feature_baseline import FEATURE_BASELINE
+from common.tables import markdown_table
+
+DEMO_USERS, DEMO_SEED = 2000, 0
+RECIPE = [
+    "--model", "saint+", "--d-model", "64", "--layers", "2", "--heads", "4", "--window", "100",
+    "--dropout", "0.1", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100", "--epochs", "5",
+]  # fmt: skip
+VARIANTS = {"SAINT+ (quick start)": [], "SAINT+ + AKT read-out": ["--readout", "akt"]}
+KT_DATASET = "assist2009_pid-keep-akt5"
+HEADER = [
+    "data (fold 0)", "variant", "model AUC", "boosted features AUC", "blend AUC (weight)",
+    "question rate AUC", "train s (epochs)", "stream rows/s",
+]  # fmt: skip
+
+
+def demo_variant(work: Path, prep: Path, input_dir: Path, name: str, flags: list[str]) -> Path:
+    """03, 04 and 05 of one variant on fold 0 (skipped when its report is there)."""
+    out = link_data(work / name.replace(" ", "_").replace("+", "plus"), prep)
+    if not (out / "report" / "summary.json").exists():
+        fold = ["--output-dir", out, "--fold", "0", "--no-progress"]
+        run(script("03_train.py", *fold, *RECIPE, *flags))
+        run(script("04_infer.py", *fold, "--no-export"))
+        where = ["--input-dir", input_dir, "--output-dir", out, "--bootstrap", "0"]
+        run(script("05_evaluate.py", *where, "--no-progress"))
+    return out
+
+
+def demo_row(name: str, out: Path) -> list[str]:
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    history = pd.read_csv(out / "fold0" / "history.csv")
+    stream = json.loads((out / "fold0" / "stream_summary.json").read_text())
+    blend = summary.get("blend_auc")
+    weight = summary["blend"].get("0", {}).get("weight") if summary.get("blend") else None
+    return [
+        "demo",
+        name,
+        f"{summary['auc']:.4f}",
+        f"{summary['baselines'][FEATURE_BASELINE]:.4f}",
+        "—" if blend is None else f"{blend:.4f} ({weight:g})",
+        f"{summary['baselines']['question rate']:.4f}",
+        f"{history['train_seconds'].sum():,.0f} ({len(history)})",
+        f"{stream['rows_per_s']:,.0f}",
+    ]
+
+
+def kt_rows(kt_dir: Path) -> list[list[str]]:
+    """Fold 0 of every bench_kt model run whose checkpoint was chosen on the inner split,
+    and of the baselines run."""
+    rows, boosted = [], "—"
+    for path in sorted((kt_dir / KT_DATASET).glob("*/results/fold0.json")):
+        result = json.loads(path.read_text())
+        scores = result["scores"]
+        if result["model"] == "baselines":
+            boosted = f"{scores[FEATURE_BASELINE]['auc']:.4f}"
+            rows.append(
+                ["assist2009_pid", "baselines only", "—", boosted, "—",
+                 f"{scores['question rate']['auc']:.4f}", "—", "—"]
+            )  # fmt: skip
+            continue
+        if result["settings"]["checkpoint"] != "best":
+            continue
+        blend = scores.get(BLEND, {}).get("auc")
+        rows.append(
+            [
+                "assist2009_pid",
+                result["model"],
+                f"{scores['model']['auc']:.4f}",
+                f"{scores[FEATURE_BASELINE]['auc']:.4f}" if FEATURE_BASELINE in scores else "—",
+                "—" if blend is None else f"{blend:.4f}",
+                f"{scores['question rate']['auc']:.4f}",
+                f"{result['train_seconds']:,.0f} ({result['epochs']})",
+                f"{result['stream_rows_per_s']:,.0f}",
+            ]
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work-dir", type=Path, default=WORK / "options")
+    parser.add_argument("--kt-dir", type=Path, default=WORK / "kt")
+    parser.add_argument("--table-only", action="store_true", help="run nothing")
+    results_flag(parser, "options")
+    args = parser.parse_args(argv)
+    demo_input = args.work_dir / "demo" / "input"
+    prep = args.work_dir / "demo" / "output"
+    rows = []
+    if not args.table_only:
+        make_demo(demo_input, prep, DEMO_USERS, DEMO_SEED, ("--n-folds", "5", "--seed", "0"))
+    for name, flags in VARIANTS.items():
+        out = args.work_dir / name.replace(" ", "_").replace("+", "plus")
+        if not args.table_only:
+            out = demo_variant(args.work_dir, prep, demo_input, name, flags)
+        if (out / "report" / "summary.json").exists():
+            rows.append(demo_row(name, out))
+    rows += kt_rows(args.kt_dir)
+    report = Report("options", args.results)
+    report.header("bench/bench_options.py: read-out, boosted features, blend", "torch", "sklearn")
+    report(markdown_table(HEADER, rows, "ll" + "r" * (len(HEADER) - 2)))
+    report.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

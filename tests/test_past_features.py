@@ -1,0 +1,131 @@
+"""The feature baseline's features: the batch computation equals the online one fed as
+the API feeds it, and no feature reads an outcome the API has not revealed yet."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.baselines import question_rates
+from common.dataset import Dataset
+from common.feature_baseline import FeatureBaselineConfig, training_matrix
+from common.features import build_sequences
+from common.past_features import FEATURE_NAMES, PastFeatureState, past_features, question_skills
+from tests.helpers import preprocess_real_rows
+
+
+@pytest.fixture(scope="module")
+def real_rows(tmp_path_factory):
+    """420 real students' history prefixes (blank fields included) with the real
+    question metadata."""
+    tmp = tmp_path_factory.mktemp("real420")
+    output_dir, arrays, parts = preprocess_real_rows(
+        tmp, "train_prefix_histories_420users.csv", assign_row_ids=True
+    )
+    data = Dataset.load(output_dir)
+    sequences = build_sequences(arrays, parts)
+    skill = question_skills(data.questions, data.n_questions)
+    train = np.zeros(len(sequences.row), dtype=bool)
+    train[: len(train) // 2] = True  # any rows will do for the rate table
+    rates = question_rates(sequences, train, data.n_questions, 20.0)
+    return arrays, parts, sequences, skill, rates
+
+
+def _stream_online(arrays, parts, skill, rates):
+    """Feed every question container to a PastFeatureState in time order (students
+    interleaved), revealing each container's outcomes after it is predicted, as the
+    API's next group would. Returns {global row: features}."""
+    state = PastFeatureState(parts, skill, rates)
+    question = np.flatnonzero(np.asarray(arrays["content_type_id"]) == 0)
+    student = np.searchsorted(arrays.offsets, question, side="right") - 1
+    timestamp = np.asarray(arrays["timestamp"])[question]
+    container = np.asarray(arrays["task_container_id"])[question]
+    order = np.lexsort((question, student, timestamp))
+    keys = np.stack([student[order], timestamp[order], container[order]], axis=1)
+    starts = np.flatnonzero(np.any(np.diff(keys, axis=0) != 0, axis=1)) + 1
+    features = {}
+    for rows in np.split(question[order], starts):
+        first = rows[0]
+        user = int(arrays.users[np.searchsorted(arrays.offsets, first, side="right") - 1])
+        values = state.features(
+            user,
+            np.asarray(arrays["content_id"])[rows],
+            int(np.asarray(arrays["timestamp"])[first]),
+            float(np.asarray(arrays["prior_question_elapsed_time"])[first]),
+            int(np.asarray(arrays["prior_question_had_explanation"])[first]),
+        )
+        state.reveal(user, np.asarray(arrays["answered_correctly"])[rows])
+        features.update(zip(rows.tolist(), values, strict=True))
+    return features
+
+
+def test_online_features_equal_the_batch_features_on_real_rows(real_rows):
+    arrays, parts, sequences, skill, rates = real_rows
+    batch = past_features(sequences, np.arange(len(sequences.row)), skill, rates)
+    online = _stream_online(arrays, parts, skill, rates)
+    assert len(online) == len(sequences.row) > 10_000
+    streamed = np.stack([online[row] for row in sequences.row.tolist()])
+    for column, name in enumerate(FEATURE_NAMES):
+        np.testing.assert_allclose(
+            streamed[:, column], batch[:, column], rtol=1e-9, err_msg=name, equal_nan=True
+        )
+    # the features are not degenerate on real rows: each one is defined and varies
+    for column, name in enumerate(FEATURE_NAMES):
+        defined = batch[~np.isnan(batch[:, column]), column]
+        assert len(np.unique(defined)) > 1, name
+
+
+def test_no_feature_reads_its_own_container_or_later(real_rows):
+    """Flipping the outcomes of one task container leaves the features of that container
+    and of every earlier question unchanged, and changes the student's later ones."""
+    _, _, sequences, skill, rates = real_rows
+    everything = np.arange(len(sequences.row))
+    base = past_features(sequences, everything, skill, rates)
+    student = int(np.argmax(sequences.lengths()))
+    first = sequences.offsets[student]
+    positions = np.arange(sequences.lengths()[student])
+    container_first = sequences.container_first[first + positions]
+    sizes = np.bincount(container_first)
+    chosen = int(np.flatnonzero(sizes[: len(positions) // 2] >= 2)[0])
+    members = first + np.flatnonzero(container_first == chosen)
+    saved = sequences.response[members].copy()
+    try:
+        sequences.response[members] ^= 1
+        changed = past_features(sequences, everything, skill, rates)
+    finally:
+        sequences.response[members] = saved
+    upto = members[-1] + 1
+    np.testing.assert_array_equal(changed[:upto], base[:upto])
+    later = slice(upto, sequences.offsets[student + 1])
+    assert not np.allclose(changed[later], base[later], equal_nan=True)
+
+
+def test_a_training_row_never_reads_its_own_answer_in_its_question_rate(real_rows):
+    """The trees' training rows get out-of-fold question rates: flipping one training
+    row's answer leaves its own rate feature as it was, and moves the same question's
+    rate in the other student groups' rows."""
+    _, _, sequences, skill, _ = real_rows
+    config = FeatureBaselineConfig()
+    train = np.ones(len(sequences.row), dtype=bool)
+    n_questions = int(sequences.question.max()) + 1
+    column = FEATURE_NAMES.index("question_rate")
+
+    def rate_feature():
+        _, entries, features = training_matrix(sequences, train, n_questions, 20.0, skill, config)
+        return entries, features[:, column]
+
+    entries, before = rate_feature()
+    flat = int(np.argmax(np.bincount(sequences.question)[sequences.question]))  # a common one
+    saved = sequences.response[flat]
+    try:
+        sequences.response[flat] ^= 1
+        _, after = rate_feature()
+    finally:
+        sequences.response[flat] = saved
+    same_question = sequences.question[entries] == sequences.question[flat]
+    delta = np.abs(after - before)
+    assert delta[np.searchsorted(entries, flat)] == 0
+    # other groups' rows of the question move; elsewhere only the global rate does
+    moved = same_question & (delta > 0)
+    assert moved.sum() > 10
+    assert delta[moved].min() > 10 * delta[~same_question].max()
