@@ -1,6 +1,7 @@
-"""Stage 5: score every fold's streamed predictions against two baselines (and, on demo
-data, the true probabilities) and write output/report.md with tables and figures (see
-common/evaluate.py)."""
+"""Stage 5: score every fold's streamed predictions against three baselines (question
+rate, student + question, boosted features) and, on demo data, the true probabilities;
+score the model's blend with the boosted features, its weight chosen on the inner split;
+and write output/report.md with tables and figures (see common/evaluate.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ def report(head: dict) -> None:
     print(f"model AUC {head['auc']:.4f}{interval} on {head['rows']:,} rows, folds {head['folds']}")
     for name, auc in head["baselines"].items():
         print(f"{name} baseline AUC {auc:.4f} (lift {head['lift'][name]:+.4f})")
+    if head.get("blend_auc") is not None:
+        weights = ", ".join(f"fold {k}: {c['weight']:g}" for k, c in head["blend"].items())
+        print(
+            f"blend AUC {head['blend_auc']:.4f} (model's weight, from the inner split: {weights})"
+        )
+    for reason in head.get("no_blend", []):
+        print(f"no blend for {reason}")
     if head["oracle_auc"] is not None:
         print(f"oracle AUC {head['oracle_auc']:.4f} on the same rows")
     print(head["selection"])

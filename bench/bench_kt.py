@@ -85,6 +85,10 @@ MODEL_FLAGS = {
         "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
     ),
     "saint-readout": ("--model", "saint", "--readout", "akt"),
+    "saint-rasch-readout-difficulty": (
+        "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
+        "--difficulty-buckets", "20",
+    ),
 }  # fmt: skip
 # the baselines alone (05's three, the boosted features included) on each fold's stream
 # rows, without a model: cheap rows for the table
@@ -99,6 +103,7 @@ MODEL_NAMES = {
     "saint-rasch": "SAINT + Rasch skill embeddings (encoder and decoder)",
     "saint-rasch-readout": "SAINT + Rasch skill embeddings + AKT read-out",
     "saint-readout": "SAINT + AKT read-out",
+    "saint-rasch-readout-difficulty": "SAINT + Rasch skill embeddings + AKT read-out + difficulty",
     BASELINES_ONLY: BASELINES_ONLY,
 }  # fmt: skip
 SLICE_SEED = 0

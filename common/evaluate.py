@@ -1,9 +1,11 @@
-"""05_evaluate.py's logic: score every fold's streamed predictions, compare them with two
-baselines (common/baselines.py) and, on demo data, with the true probabilities, and write
-a report with tables and figures.
+"""05_evaluate.py's logic: score every fold's streamed predictions, compare them with
+three baselines (common/baselines.py, common/feature_baseline.py) and, on demo data, with
+the true probabilities, score the model's blend with the boosted features
+(common/blend.py), and write a report with tables and figures.
 
 Inputs (under --output-dir): data/ (01), folds/ (02), fold{k}/history.csv (03) and
-fold{k}/stream_predictions.parquet (04); optionally <input-dir>/demo_truth.csv (00's demo).
+fold{k}/stream_predictions.parquet (04); optionally fold{k}/inner_predictions.parquet
+(03, for the blend) and <input-dir>/demo_truth.csv (00's demo).
 Labels come from the data arrays through each prediction's global_row, never from the
 predictions file (whose labels must agree), and the rows must be exactly the question rows
 of the fold's validation stream.
