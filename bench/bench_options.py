@@ -45,7 +45,7 @@ def demo_variant(work: Path, prep: Path, input_dir: Path, name: str, flags: list
     out = link_data(work / name.replace(" ", "_").replace("+", "plus"), prep)
     if not (out / "report" / "summary.json").exists():
         fold = ["--output-dir", out, "--fold", "0", "--no-progress"]
-        run(script("03_train.py", *fold, *RECIPE, *flags))
+        run(script("03_train.py", *fold, "--resume", *RECIPE, *flags))
         run(script("04_infer.py", *fold, "--no-export"))
         where = ["--input-dir", input_dir, "--output-dir", out, "--bootstrap", "0"]
         run(script("05_evaluate.py", *where, "--no-progress"))
@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=WORK / "options")
     parser.add_argument("--kt-dir", type=Path, default=WORK / "kt")
     parser.add_argument("--table-only", action="store_true", help="run nothing")
+    parser.add_argument(
+        "--variants", nargs="+", choices=sorted(VARIANTS), default=sorted(VARIANTS),
+        help="demo variants to run (the others are only read)",
+    )  # fmt: skip
     results_flag(parser, "options")
     args = parser.parse_args(argv)
     demo_input = args.work_dir / "demo" / "input"
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         make_demo(demo_input, prep, DEMO_USERS, DEMO_SEED, ("--n-folds", "5", "--seed", "0"))
     for name, flags in VARIANTS.items():
         out = args.work_dir / name.replace(" ", "_").replace("+", "plus")
-        if not args.table_only:
+        if not args.table_only and name in args.variants:
             out = demo_variant(args.work_dir, prep, demo_input, name, flags)
         if (out / "report" / "summary.json").exists():
             rows.append(demo_row(name, out))

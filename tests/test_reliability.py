@@ -190,7 +190,14 @@ def test_kill_lands_mid_epoch_and_leaves_only_whole_files(interrupted):
     left = interrupted["left"]
     assert left["returncode"] == -signal.SIGKILL
     visible = [name for name in left["files"] if not name.startswith(".")]
-    assert visible == ["best.pt", "config.json", "epoch_01.pt", "history.csv", "train_run.json"]
+    assert visible == [
+        "best.pt",
+        "config.json",
+        "epoch_01.pt",
+        "history.csv",
+        "inner_predictions.parquet",
+        "train_run.json",
+    ]
     # a kill inside torch.save could leave only epoch 2's temp file, never a partial file
     assert all(name.startswith(".epoch_02.pt.tmp-") for name in left["files"] if name[0] == ".")
 
