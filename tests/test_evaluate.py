@@ -410,7 +410,7 @@ def test_labels_in_predictions_are_checked(tiny_run: Path, tmp_path: Path):
     predictions = pd.read_parquet(path)
     predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
     predictions.to_parquet(path, index=False)
-    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False)
+    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False, feature_baseline=False)
     with pytest.raises(ValueError, match="answered_correctly"):
         evaluate(output_dir, tmp_path / "no_input", config)
 
@@ -426,7 +426,7 @@ def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
     them) belong to the old folds, whose training rows the new folds validate on."""
     output_dir = tmp_path / "output"
     shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
-    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False)
+    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False, feature_baseline=False)
     evaluate(output_dir, tmp_path / "no_input", config)  # the folds it was made with
     old = fold_fingerprint(output_dir, 0)["sha256"]
     kept = tmp_path / "kept_folds"

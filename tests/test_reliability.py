@@ -368,7 +368,11 @@ def run_write_outputs(work: Path, demo: Path, streamed: Path) -> Path:
 def run_evaluate(work: Path, demo: Path, streamed: Path) -> Path:
     if not (work / "fold0").exists():
         fresh_run(demo, work, streamed / "fold0")
-    evaluate(work, demo.parent / "input", EvaluateConfig(bootstrap=0, progress=False))
+    evaluate(
+        work,
+        demo.parent / "input",
+        EvaluateConfig(bootstrap=0, progress=False, feature_baseline=False),
+    )
     return work
 
 
