@@ -470,6 +470,7 @@ def test_blend_weight_follows_the_better_scorer():
     np.testing.assert_allclose(blend.logit_blend(good, noise, 1.0), good, rtol=1e-9)
 
 
+@pytest.mark.slow  # the tiny_run fixture streams two folds
 def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
     """The weight comes from the inner predictions and a baseline fitted without the
     inner rows: the scored rows play no part, and other inner predictions move it."""

@@ -251,7 +251,13 @@ def stream_predictions(
 
 @pytest.mark.parametrize(
     ("attention", "tags"),
-    [("mha", False), ("mla", False), ("mha", True), ("mha", "rasch"), ("mla", "rasch-readout")],
+    [
+        ("mha", False),
+        ("mla", False),
+        ("mha", True),
+        ("mha", "rasch"),
+        pytest.param("mla", "rasch-readout", marks=pytest.mark.slow),
+    ],
 )
 def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags, monkeypatch):
     # states are built in parts of 2 students (sorted by length), so a build here takes
