@@ -18,7 +18,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from common.baselines import question_rates
 from common.features import QuestionSequences
 from common.options import option
-from common.past_features import CATEGORICAL, FEATURE_NAMES, past_features
+from common.past_features import CATEGORICAL, FEATURE_NAMES, past_features, question_count
 
 FEATURE_BASELINE = "boosted features"
 RATE_COLUMN = FEATURE_NAMES.index("question_rate")
@@ -86,9 +86,7 @@ def training_matrix(
         mine = entry_group == g
         question = sequences.question[entries[mine]].astype(np.int64)
         features[mine, RATE_COLUMN] = others(question)
-        inside = (question >= 0) & (question < len(others.count))
-        count = np.where(inside, others.count[np.where(inside, question, 0)], 0)
-        features[mine, COUNT_COLUMN] = count * folds / (folds - 1)
+        features[mine, COUNT_COLUMN] = question_count(others, question) * folds / (folds - 1)
     return rates, entries, features
 
 

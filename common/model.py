@@ -366,9 +366,7 @@ class SAINT(nn.Module):
 
     def _encoder_input(self, batch: dict[str, Tensor]) -> Tensor:
         question = batch["question"]
-        x = self.part_embed(batch["part"])
-        if self.config.question_embedding == "id":
-            x = x + self.question_embed(question)
+        x = self.part_embed(batch["part"]) + self._question_vector(question)
         if self.config.difficulty_buckets:
             # training batches carry each row's bucket from other students' answers
             # (common.difficulty.out_of_fold_buckets); otherwise the question's bucket
@@ -376,13 +374,6 @@ class SAINT(nn.Module):
             if bucket is None:
                 bucket = self.question_difficulty[question]
             x = x + self.difficulty_embed(bucket)
-        if self.config.n_tags:
-            tags = self.question_tags[question]  # (B, T, max_tags)
-            present = tags != self.config.n_tags
-            x = x + self._tag_mean(self.tag_embed, tags, present)
-            if self.config.question_embedding == "rasch":
-                variation = self._tag_mean(self.tag_variation, tags, present)
-                x = x + self.question_embed(question) * variation
         return self.embed_dropout(x)  # (B, T, D)
 
     @staticmethod
@@ -426,9 +417,10 @@ class SAINT(nn.Module):
         return x
 
     def _question_vector(self, question: Tensor) -> Tensor:
-        """(B, L, D): the read-out's embedding of questions (ids above n_questions, the
-        start token's, read as unknown): the question's vector, with tags their mean
-        embedding, and in Rasch form the scalar difficulty times the tags' variation."""
+        """(B, L, D): the embedding of questions, the encoder's input beside the part and
+        the read-out's keys and queries (ids above n_questions, the start token's, read as
+        unknown): the question's vector, with tags their mean embedding, and in Rasch form
+        the scalar difficulty times the tags' variation."""
         question = question.clamp(max=self.config.n_questions)
         rasch = self.config.question_embedding == "rasch"
         x = 0 if rasch else self.question_embed(question)

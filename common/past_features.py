@@ -213,11 +213,12 @@ def past_features(
         seen, _seconds(timestamp[entries] - timestamp[np.maximum(last, 0)]), np.nan
     )
     out["question_rate"] = rates(question[entries])
-    out["question_count"] = _question_count(rates, question[entries])
+    out["question_count"] = question_count(rates, question[entries])
     return np.column_stack([np.asarray(out[name], dtype=np.float64) for name in FEATURE_NAMES])
 
 
-def _question_count(rates: QuestionRates, question: np.ndarray) -> np.ndarray:
+def question_count(rates: QuestionRates, question: np.ndarray) -> np.ndarray:
+    """Training answers per question id (0 beyond the table)."""
     question = np.asarray(question, dtype=np.int64)
     inside = (question >= 0) & (question < len(rates.count))
     return np.where(inside, rates.count[np.where(inside, question, 0)], 0).astype(np.float64)
@@ -357,7 +358,7 @@ class PastFeatureState:
             "question_last_correct": on_question.last,
             "seconds_since_question": (timestamp - on_question.seen_at) / 1000.0,
             "question_rate": float(self.rates(np.array([question]))[0]),
-            "question_count": float(_question_count(self.rates, np.array([question]))[0]),
+            "question_count": float(question_count(self.rates, np.array([question]))[0]),
             "explanation_rate": _scalar_ratio(state.explained, state.explanation_known),
             "mean_elapsed": _scalar_ratio(state.elapsed_sum, state.elapsed_count),
             "previous_elapsed": state.previous_elapsed if answered else np.nan,
