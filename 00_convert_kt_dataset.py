@@ -31,31 +31,48 @@ SHARED_DATA = Path("../shared/data")  # where the shared real data sits beside t
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", choices=sorted(PRESETS), help="a known dataset (preset)")
+    parser.add_argument(
+        "--dataset",
+        choices=sorted(PRESETS),
+        help="a known dataset (preset; default: none, give --format and --inputs)",
+    )
     parser.add_argument(
         "--source-dir",
         type=Path,
-        help="folder holding the preset's files (default ../shared/data/<folder>)",
+        help="folder holding the preset's files (default: ../shared/data/<folder>)",
     )
-    parser.add_argument("--format", choices=LINE_FORMATS, dest="line_format")
-    parser.add_argument("--inputs", nargs="+", type=Path, help="input files, in order")
+    parser.add_argument(
+        "--format",
+        choices=LINE_FORMATS,
+        dest="line_format",
+        help="the files' line format (default: the preset's)",
+    )
+    parser.add_argument(
+        "--inputs", nargs="+", type=Path, help="input files, in order (default: the preset's)"
+    )
     parser.add_argument("--name", help="dataset name (default: the preset's)")
     parser.add_argument(
         "--input-folds",
         nargs="+",
         type=int,
         help="the shipped fold of each input file's students (-1: none); "
-        "omit for no user_folds.csv",
+        "omit for no user_folds.csv (default: the preset's)",
     )
     parser.add_argument(
         "--multi-skill-rows",
         choices=MULTI_SKILL_MODES,
         default="keep",
         help="AKT rows repeating one response per skill: keep (as published benchmarks), "
-        "bundle (one task container), merge (one row)",
+        "bundle (one task container), merge (one row) (default: %(default)s)",
     )
-    parser.add_argument("--timestamp-step-ms", type=int, default=TIMESTAMP_STEP_MS)
-    parser.add_argument("--output-dir", type=Path, help="default input/<name>")
+    parser.add_argument(
+        "--timestamp-step-ms",
+        type=int,
+        default=TIMESTAMP_STEP_MS,
+        help="milliseconds between a student's consecutive rows, for files without times "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--output-dir", type=Path, help="(default: input/<name>)")
     args = parser.parse_args(argv)
     if args.dataset is not None:
         clashing = [f for f in ("line_format", "inputs", "input_folds") if getattr(args, f)]

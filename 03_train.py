@@ -1,44 +1,77 @@
-"""Stage 3: train SAINT / SAINT+ on one fold, a checkpoint per epoch (see common/training.py).
+"""Stage 3: train SAINT / SAINT+ on one fold or several, a checkpoint per epoch, into the
+run's folder output/runs/NAME/fold{k}/ (see common/training.py, common/runs.py).
 
-python 03_train.py --fold 0
-torchrun --nproc_per_node=N 03_train.py --fold 0     (several GPUs or processes)
+python 03_train.py --fold 0 --run base
+python 03_train.py --fold all --run base --resume     (every fold; finished ones are kept)
+python 03_train.py --config output/runs/base/fold0/config.json --run base-lr2 --lr 2e-3
+torchrun --nproc_per_node=N -- 03_train.py --run base --fold 0    (several GPUs or processes;
+    the -- keeps torchrun from taking --run for its own --run-path)
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from common import cli
-from common.layout import fold_dir
+from common.folds import fold_count
+from common.layout import model_dir, run_dir
+from common.runs import check_run_name, run_name
 from common.train_config import TrainConfig, add_train_flags
 from common.training import train
 
 
-def parse_args(argv: list[str] | None) -> tuple[TrainConfig, Path]:
+def parse_args(argv: list[str] | None):
     parser = cli.parser(__doc__)
     cli.path_flags(parser)
+    cli.run_flag(
+        parser,
+        "the run's folder under <output-dir>/runs/ (default: the model preset, d_model and "
+        "a digest of the config, e.g. saint+-d256-1a2b3c4d)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="empty a fold folder that holds files before training it (default: off: "
+        "refused unless --resume with the same config)",
+    )
     add_train_flags(parser)
-    config, args = cli.parse_config(parser, TrainConfig, argv)
-    return config, args.output_dir
+    cli.fold_list_flag(parser)
+    return cli.parse_config(parser, TrainConfig, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    config, output_dir = parse_args(argv)
+    config, args = parse_args(argv)
 
     def run() -> None:
-        history = train(config, output_dir)
-        if not history:
-            return
-        column = f"{config.select_on}_auc"
-        best = max(history, key=lambda r: r[column] if r[column] == r[column] else -1)
-        print(
-            f"best {config.select_on} validation AUC {best[column]:.4f} at epoch "
-            f"{best['epoch']} (the fold's AUC there: {best['fold_auc']:.4f}); checkpoints "
-            f"in {fold_dir(output_dir, config.fold)}"
-        )
+        output_dir: Path = args.output_dir
+        name = check_run_name(args.run) if args.run else None
+        folds = [config.fold] if config.full_data else None
+        if folds is None:
+            n_folds = fold_count(output_dir)
+            folds = cli.chosen_folds(config.fold, n_folds)
+        for k in folds:
+            fold_config = replace(config, fold=0 if config.full_data else k)
+            name = name or run_name(fold_config)
+            if len(folds) > 1:
+                print(f"== fold {k} ({folds.index(k) + 1} of {len(folds)})", flush=True)
+            history = train(fold_config, output_dir, name, args.overwrite)
+            where = model_dir(run_dir(output_dir, name), k, config.full_data)
+            report(fold_config, history, where)
 
     return cli.guarded(run)
+
+
+def report(config: TrainConfig, history: list[dict], where: Path) -> None:
+    if not history:
+        return
+    column = f"{config.select_on}_auc"
+    best = max(history, key=lambda r: r[column] if r[column] == r[column] else -1)
+    print(
+        f"best {config.select_on} validation AUC {best[column]:.4f} at epoch "
+        f"{best['epoch']} (the fold's AUC there: {best['fold_auc']:.4f}); checkpoints in {where}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """Stage 4: streaming inference under the competition's API rules (see common/inference.py).
 
-Locally it streams fold k's validation rows through an emulator of the `riiideducation`
-API, writes output/fold{k}/submission.csv and a metric table, and exports the Kaggle
-dataset and notebook (output/kaggle/: see common/kaggle_export.py). Where `riiideducation`
-is importable (or with --competition) it runs the bundle against the real API instead.
+Locally it streams fold k's validation rows of a run through an emulator of the
+`riiideducation` API, writes output/runs/NAME/fold{k}/validation_predictions.csv, a metric
+table and the run's oof.parquet, and exports the Kaggle dataset and notebook
+(output/runs/NAME/kaggle/: see common/kaggle_export.py). Where `riiideducation` is
+importable (or with --competition) it runs the bundle against the real API instead.
+
+python 04_infer.py --run base --fold 0
+python 04_infer.py --run base --fold all      (every fold; those streamed already are kept)
 """
 
 from __future__ import annotations
@@ -13,23 +17,32 @@ import importlib.util
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from common import cli, layout
 from common.errors import UserError
-from common.inference import InferConfig, run_emulated
+from common.folds import fold_count
+from common.inference import InferConfig, run_emulated, streamed_already
 from common.kaggle_export import KaggleIds, export_kaggle
 from common.kaggle_notebook import run_submission
+from common.runs import choose_run
+from common.runs_table import latest_run
 
 
 def parse_args(argv: list[str] | None):
     parser = cli.parser(__doc__)
     cli.path_flags(parser)
+    cli.run_flag(
+        parser,
+        "the run under <output-dir>/runs/ (default: the only run, or the latest trained)",
+    )
     cli.add_config_flags(parser, InferConfig)
+    cli.fold_list_flag(parser)
     parser.add_argument(
         "--kaggle-dir",
         type=Path,
-        help="where to export the Kaggle dataset/ and kernel/ (default: <output-dir>/kaggle)",
+        help="where to export the Kaggle dataset/ and kernel/ (default: <run>/kaggle)",
     )
     user = os.environ.get("KAGGLE_USERNAME", "your-kaggle-username")
     parser.add_argument(
@@ -46,13 +59,18 @@ def parse_args(argv: list[str] | None):
     )
     parser.add_argument(
         "--kaggle-docker-image",
-        help="pin the notebook's environment (kernel-metadata.json's docker_image)",
+        help="pin the notebook's environment (kernel-metadata.json's docker_image; default: "
+        "none, Kaggle's latest image)",
     )
-    parser.add_argument("--no-export", action="store_true", help="skip the Kaggle export")
+    parser.add_argument(
+        "--no-export",
+        action="store_true",
+        help="skip the Kaggle export (default: export after streaming one fold)",
+    )
     parser.add_argument(
         "--competition",
         action="store_true",
-        help="run against the real riiideducation API (automatic when importable)",
+        help="run against the real riiideducation API (default: only when importable)",
     )
     parser.add_argument(
         "--model-dir",
@@ -68,37 +86,68 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def infer(config: InferConfig, args) -> None:
-    model = layout.model_dir(Path(), config.fold, config.full).name  # fold{k} or full
     if args.competition or importlib.util.find_spec("riiideducation") is not None:
-        kaggle_dir = args.kaggle_dir or layout.kaggle_dir(args.output_dir)
+        if not isinstance(config.fold, int) and len(config.fold) != 1:
+            raise UserError("the competition's API streams one model: give one --fold")
+        config = replace(
+            config, fold=config.fold if isinstance(config.fold, int) else config.fold[0]
+        )
+        model = layout.model_dir(Path(), config.fold, config.full).name  # fold{k} or full
+        kaggle_dir = args.kaggle_dir
+        if kaggle_dir is None and args.model_dir is None:
+            run = choose_run(args.output_dir, args.run, latest_run(args.output_dir))
+            kaggle_dir = layout.kaggle_dir(layout.run_dir(args.output_dir, run))
         run_submission(
-            args.model_dir or kaggle_dir / layout.KAGGLE_DATASET_SUBDIR,
+            args.model_dir or Path(kaggle_dir) / layout.KAGGLE_DATASET_SUBDIR,
             model=model,
             device=config.device,
             max_state_gb=config.max_state_memory,
             cache_students=config.cache_students,
         )
         return
+    run = choose_run(args.output_dir, args.run, latest_run(args.output_dir))
+    run_dir = layout.run_dir(args.output_dir, run)
     if config.full:  # nothing to stream: the full-data model has seen every student
         if args.no_export:
             raise UserError("--full exports the full-data model's bundle: drop --no-export")
-        export(config, args, model)
+        export(replace(config, fold=0), args, run_dir)
         return
-    summary = run_emulated(args.output_dir, config)
-    fold_dir = layout.fold_dir(args.output_dir, config.fold)
-    print((fold_dir / "stream_metrics.md").read_text())
-    print(json.dumps({k: summary[k] for k in ("auc", "rows", "groups", "rows_per_s")}))
-    if not args.no_export:
-        export(config, args, model)
-    print(f"wrote {fold_dir / 'submission.csv'}")
+    folds = cli.chosen_folds(config.fold, fold_count(args.output_dir))
+    untrained = [k for k in folds if not (layout.fold_dir(run_dir, k) / config.checkpoint).exists()]
+    if untrained and len(folds) > 1:  # before any fold streams (one fold: load_model says)
+        raise UserError(
+            f"run {run} has no {config.checkpoint} for fold(s) {untrained}: train them "
+            f"(03_train.py --run {run} --fold ...) or name the folds to stream"
+        )
+    for k in folds:
+        fold_config = replace(config, fold=k)
+        fold_dir = layout.fold_dir(run_dir, k)
+        if len(folds) > 1 and streamed_already(run_dir, fold_config):
+            print(f"fold {k}: streamed already with this checkpoint and these settings (kept)")
+            continue
+        summary = run_emulated(args.output_dir, run_dir, fold_config)
+        print((fold_dir / "stream_metrics.md").read_text())
+        print(json.dumps({k: summary[k] for k in ("auc", "rows", "groups", "rows_per_s")}))
+        print(f"wrote {fold_dir / layout.VALIDATION_PREDICTIONS}")
+    print(f"out-of-fold predictions of run {run}: {run_dir / layout.OOF_FILE}")
+    if args.no_export:
+        return
+    if len(folds) > 1:
+        print(
+            "several folds: no Kaggle export (it ships one model: 04_infer.py --fold k, or "
+            "--full after 03_train.py --full-data)"
+        )
+        return
+    export(replace(config, fold=folds[0]), args, run_dir)
 
 
-def export(config: InferConfig, args, model: str) -> None:
-    checkpoint = layout.model_dir(args.output_dir, config.fold, config.full) / config.checkpoint
+def export(config: InferConfig, args, run_dir: Path) -> None:
+    model = layout.model_dir(Path(), config.fold, config.full).name  # fold{k} or full
+    checkpoint = layout.model_dir(run_dir, config.fold, config.full) / config.checkpoint
     ids = KaggleIds(
         args.kaggle_dataset_id, args.kaggle_kernel_id, args.kaggle_gpu, args.kaggle_docker_image
     )
-    kaggle_dir = args.kaggle_dir or layout.kaggle_dir(args.output_dir)
+    kaggle_dir = args.kaggle_dir or layout.kaggle_dir(run_dir)
     dataset, kernel = export_kaggle(args.output_dir, checkpoint, model, kaggle_dir, ids)
     print(
         f"Kaggle dataset in {dataset}, notebook in {kernel}; submit with\n"

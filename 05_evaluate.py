@@ -1,7 +1,12 @@
 """Stage 5: score every fold's streamed predictions against three baselines (question
 rate, student + question, boosted features) and, on demo data, the true probabilities;
 score the model's blend with the boosted features, its weight chosen on the inner split;
-and write output/report.md with tables and figures (see common/evaluate.py)."""
+and write the run's report.md (output/runs/NAME/report.md) with tables and figures (see
+common/evaluate.py).
+
+python 05_evaluate.py --run base       (the folds of run base streamed so far)
+python 05_evaluate.py --runs           (the table of runs, output/runs.csv, best first)
+"""
 
 from __future__ import annotations
 
@@ -9,21 +14,48 @@ import sys
 
 from common import cli
 from common.evaluate import EvaluateConfig, evaluate
+from common.runs import choose_run
+from common.runs_table import latest_run, runs_text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.parser(__doc__)
     cli.path_flags(parser, input_help="where demo_truth.csv is read, if any")
+    cli.run_flag(
+        parser, "the run under <output-dir>/runs/ (default: the only run, or the latest trained)"
+    )
+    parser.add_argument(
+        "--runs",
+        action="store_true",
+        help="print the table of runs (<output-dir>/runs.csv), best streamed AUC first, and "
+        "stop (default: off)",
+    )
     cli.add_config_flags(parser, EvaluateConfig)
     config, args = cli.parse_config(parser, EvaluateConfig, argv)
-    return cli.guarded(lambda: report(evaluate(args.output_dir, args.input_dir, config)))
+
+    def body() -> None:
+        if args.runs:
+            print(runs_text(args.output_dir))
+            return
+        run = choose_run(args.output_dir, args.run, latest_run(args.output_dir))
+        report(evaluate(args.output_dir, args.input_dir, config, run))
+
+    return cli.guarded(body)
 
 
 def report(head: dict) -> None:
     interval = ""
     if "auc_ci_low" in head and head["auc_ci_low"] == head["auc_ci_low"]:
         interval = f" (95% CI {head['auc_ci_low']:.4f}-{head['auc_ci_high']:.4f})"
-    print(f"model AUC {head['auc']:.4f}{interval} on {head['rows']:,} rows, folds {head['folds']}")
+    print(
+        f"run {head['run']}: model AUC {head['auc']:.4f}{interval} on {head['rows']:,} rows, "
+        f"folds {head['folds']}"
+    )
+    if head.get("auc_fold_std") is not None:
+        print(
+            f"fold mean {head['auc_fold_mean']:.4f} ± {head['auc_fold_std']:.4f} "
+            f"(std over {len(head['fold_aucs'])} folds)"
+        )
     for name, auc in head["baselines"].items():
         print(f"{name} baseline AUC {auc:.4f} (lift {head['lift'][name]:+.4f})")
     if head.get("blend_auc") is not None:

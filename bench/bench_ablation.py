@@ -38,6 +38,7 @@ from benchlib import (
     shown,
 )
 
+from common import layout
 from common.baselines import BaselineConfig, baseline_scores
 from common.dataset import Dataset
 from common.folds import Fold, load_fold_data
@@ -64,14 +65,21 @@ VARIANTS = {
 }
 
 
-def variant_dir(work: Path, source: Path, name: str) -> Path:
-    """work/<name> with links to the data and folds of the output dir `source`."""
-    return link_data(work / name.replace(" ", "_").replace("+", "plus"), source)
+def run_name(name: str) -> str:
+    """The variant's run: one folder per variant under <work-dir>/runs/, beside the
+    demo's data and folds (linked into the work dir once)."""
+    return name.replace(" ", "_").replace("+", "plus")
 
 
-def infer_command(out: Path) -> list[str]:
-    """04_infer.py streaming fold 0 of the output dir `out`."""
-    return script("04_infer.py", "--output-dir", out, "--fold", "0", "--no-progress", "--no-export")
+def variant_fold(out: Path, name: str) -> Path:
+    """Fold 0's folder of the variant's run in the output dir `out`."""
+    return layout.fold_dir(layout.run_dir(out, run_name(name)), 0)
+
+
+def infer_command(out: Path, name: str) -> list[str]:
+    """04_infer.py streaming fold 0 of the variant's run in the output dir `out`."""
+    run = ("--output-dir", out, "--run", run_name(name), "--fold", "0")
+    return script("04_infer.py", *run, "--no-progress", "--no-export")
 
 
 def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
@@ -92,14 +100,14 @@ def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
 def stream_speed(stream: Path, name: str, checkpoint: Path, restream: bool) -> dict:
     """04_infer.py's summary for `checkpoint` streamed over the Kaggle-like stream
     (streamed again when asked, or when the checkpoint is newer than the summary)."""
-    out = variant_dir(stream, stream, name)
-    (out / "fold0").mkdir(exist_ok=True)
-    best = out / "fold0" / "best.pt"
+    folder = variant_fold(stream, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    best = folder / "best.pt"
     best.unlink(missing_ok=True)
     best.symlink_to(checkpoint.resolve())
-    summary = out / "fold0" / "stream_summary.json"
+    summary = folder / "stream_summary.json"
     if restream or not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
-        run(infer_command(out))
+        run(infer_command(stream, name))
     return json.loads(summary.read_text())
 
 
@@ -108,17 +116,20 @@ def trained_epochs(fold_dir: Path) -> int:
     return len(pd.read_csv(history)) if history.exists() else 0
 
 
-def train_and_stream(out: Path, flags: list[str], epochs: int, fresh: bool, restream: bool) -> dict:
-    """Train (from scratch when `fresh`; otherwise a variant trained for fewer epochs than
-    asked continues from its last checkpoint, which with the Noam schedule is the same
-    as training the longer run at once) and stream; a finished variant is only read."""
-    fold_dir = out / "fold0"
-    stream = infer_command(out)
+def train_and_stream(
+    out: Path, name: str, flags: list[str], epochs: int, fresh: bool, restream: bool
+) -> dict:
+    """Train the variant's run (from scratch when `fresh`; otherwise a variant trained for
+    fewer epochs than asked continues from its last checkpoint, which with the Noam
+    schedule is the same as training the longer run at once) and stream; a finished
+    variant is only read."""
+    fold_dir = variant_fold(out, name)
+    stream = infer_command(out, name)
     if fresh and fold_dir.exists():
         shutil.rmtree(fold_dir)
     summary = fold_dir / "stream_summary.json"
     if not summary.exists() or trained_epochs(fold_dir) < epochs:
-        fold = ("--output-dir", out, "--fold", "0", "--epochs", epochs)
+        fold = ("--output-dir", out, "--run", run_name(name), "--fold", "0", "--epochs", epochs)
         run(script("03_train.py", *fold, "--no-progress", "--resume", *TRAIN, *flags))
         run(stream)
     elif restream:  # the trained checkpoint streamed again (e.g. on a quiet machine)
@@ -186,17 +197,17 @@ def main() -> int:
     data_out = make_demo(demo / "input", demo / "output", args.users, 0, folds, say=say)
     truth = pd.read_csv(args.demo_dir / "input" / "demo_truth.csv")
     results = {}
+    out = link_data(args.work_dir, data_out)  # every variant a run of this output dir
     for name, flags in VARIANTS.items():
-        out = variant_dir(args.work_dir, data_out, name)
         epochs = args.teacher_epochs if name.startswith("teacher") else args.epochs
         if name == "student distilled":
-            teacher = variant_dir(args.work_dir, data_out, "teacher d256 4+4")
-            flags = [*flags, "--teacher", str(teacher / "fold0" / "best.pt")]
+            teacher = variant_fold(out, "teacher d256 4+4") / "best.pt"
+            flags = [*flags, "--teacher", str(teacher)]
         fresh = args.force or name in args.retrain
-        results[name] = train_and_stream(out, flags, epochs, fresh, args.restream)
+        results[name] = train_and_stream(out, name, flags, epochs, fresh, args.restream)
     speed_root = kaggle_like_stream(args.work_dir, args.demo_dir, args.speed_share)
     for name in VARIANTS:
-        checkpoint = variant_dir(args.work_dir, data_out, name) / "fold0" / "best.pt"
+        checkpoint = variant_fold(out, name) / "best.pt"
         speed = stream_speed(speed_root, name, checkpoint, args.restream)
         results[name]["kaggle_rows_per_s"] = speed["rows_per_s"]
         results[name]["kaggle_stream"] = speed
@@ -242,7 +253,7 @@ def main() -> int:
         merged = r["predictions"].set_index("row_id")["prediction"].reindex(rows["row_id"])
         auc = r["auc"] = auc_or_nan(labels, merged.to_numpy())
         flags = " ".join(VARIANTS[name]) + (
-            " --teacher <teacher>/fold0/best.pt" if name == "student distilled" else ""
+            " --teacher <teacher's run>/fold0/best.pt" if name == "student distilled" else ""
         )
         quality = [f"{auc:.4f}", f"{oracle_auc - auc:.4f}", f"{auc - baseline_auc:+.4f}"]
         rates = [r["train_rate"], r["rows_per_s"], r["kaggle_rows_per_s"]]

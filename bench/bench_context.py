@@ -32,7 +32,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from benchlib import REPO, SHARED_DATA, WORK, Report, link_data, machine, results_flag, run, script
+from benchlib import (
+    BENCH_RUN,
+    REPO,
+    SHARED_DATA,
+    WORK,
+    Report,
+    bench_fold,
+    link_data,
+    machine,
+    results_flag,
+    run,
+    script,
+)
 
 from common.checkpoint import load_model
 from common.features import window_inputs
@@ -54,6 +66,17 @@ VERSIONS = {
     "after-quarter-rope": ("after", ("--select-on", "fold", "--rope-fraction", "0.25")),
 }
 QUARTER_ROPE_DATASETS = ("demo",)
+
+
+def version_fold(out: Path, version: str) -> Path:
+    """Fold 0's folder: out/fold0 for the code before runs existed, else the run's."""
+    return out / "fold0" if VERSIONS[version][0] == "before" else bench_fold(out)
+
+
+def run_flags(version: str) -> tuple[str, ...]:
+    return () if VERSIONS[version][0] == "before" else ("--run", BENCH_RUN)
+
+
 PREPROCESS = (
     "01_preprocess.py",
     "--input-dir",
@@ -134,25 +157,25 @@ def train_and_stream(
 ) -> Path:
     """03 then 04 of `code` on fold 0; returns the run dir (skips what is done)."""
     out = link_data(work / data.name / f"{version}-w{window}", prep).resolve()
-    checkpoint = out / "fold0" / f"epoch_{data.epochs:02d}.pt"
+    checkpoint = version_fold(out, version) / f"epoch_{data.epochs:02d}.pt"
     flags = [*data.train, *WINDOWS[window], *COMMON, "--window", str(window)]
     flags += ["--epochs", str(data.epochs), "--no-progress", *VERSIONS[version][1]]
     if not checkpoint.exists():
-        train = script("03_train.py", "--output-dir", out, *flags, code=code)
+        train = script("03_train.py", "--output-dir", out, *run_flags(version), *flags, code=code)
         run(train, out / "train.log", cwd=code, say=say)
-    summary = out / "fold0" / "stream_summary.json"
+    summary = version_fold(out, version) / "stream_summary.json"
     if not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
         stream = ["--fold", "0", "--checkpoint", checkpoint.name, "--no-export", "--no-progress"]
-        infer = script("04_infer.py", "--output-dir", out, *stream, code=code)
+        infer = script("04_infer.py", "--output-dir", out, *run_flags(version), *stream, code=code)
         run(infer, out / "infer.log", cwd=code, say=say)
     return out
 
 
 @torch.no_grad()
-def fresh_window(out: Path, checkpoint: str, data: FoldData, batch: int = 256) -> pd.Series:
+def fresh_window(fold_dir: Path, checkpoint: str, data: FoldData, batch: int = 256) -> pd.Series:
     """Each validation container predicted from its last `window` questions, re-encoded
     from a start token; indexed by flat question index."""
-    model, _ = load_model(out / "fold0" / checkpoint)
+    model, _ = load_model(fold_dir / checkpoint)
     window = model.config.window
     seq = data.sequences
     tails = data.fold_tails
@@ -204,16 +227,16 @@ def paired_difference(
 BUCKETS = ["all", "first window", "1-2 windows", "2-4 windows", "beyond 4", "beyond 1"]
 
 
-def bucket_table(out: Path, checkpoint: str, data: FoldData, window: int) -> dict:
+def bucket_table(fold_dir: Path, checkpoint: str, data: FoldData, window: int) -> dict:
     """AUC of the stream and of the fresh-window recompute by position in the history
     (BUCKETS: positions < W, W to 2W, 2W to 4W, >= 4W, >= W), and their paired difference."""
     seq = data.sequences
-    streamed = pd.read_parquet(out / "fold0" / "stream_predictions.parquet")
+    streamed = pd.read_parquet(fold_dir / "stream_predictions.parquet")
     flat = np.searchsorted(seq.row, streamed["global_row"].to_numpy())
     student = np.searchsorted(seq.offsets, flat, side="right") - 1
     position = flat - seq.offsets[student]
     label = seq.response[flat]
-    fresh = fresh_window(out, checkpoint, data).reindex(flat).to_numpy()
+    fresh = fresh_window(fold_dir, checkpoint, data).reindex(flat).to_numpy()
     assert not np.isnan(fresh).any(), "every streamed row has a fresh-window prediction"
     stream = streamed["prediction"].to_numpy()
     masks = [
@@ -235,9 +258,9 @@ def bucket_table(out: Path, checkpoint: str, data: FoldData, window: int) -> dic
             if both
             else None
         )
-    summary = json.loads((out / "fold0" / "stream_summary.json").read_text())
+    summary = json.loads((fold_dir / "stream_summary.json").read_text())
     result["stream_rows_per_s"] = summary["rows_per_s"]
-    history = pd.read_csv(out / "fold0" / "history.csv")
+    history = pd.read_csv(fold_dir / "history.csv")
     result["train_interactions_per_s"] = float(history["interactions_per_s"].mean())
     result["train_seconds"] = float(history["train_seconds"].sum())
     return result
@@ -307,7 +330,9 @@ def main() -> int:
                     continue
                 code = codes[VERSIONS[version][0]]
                 out = train_and_stream(code, version, data, window, prep, args.work_dir, say)
-                table = bucket_table(out, f"epoch_{data.epochs:02d}.pt", fold, window)
+                table = bucket_table(
+                    version_fold(out, version), f"epoch_{data.epochs:02d}.pt", fold, window
+                )
                 write_json(out / "buckets.json", table)
                 results.setdefault(name, {}).setdefault(window, {})[version] = table
                 say(name, window, version, "stream", json.dumps(table["stream"]))

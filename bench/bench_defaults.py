@@ -15,7 +15,18 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from benchlib import WORK, Report, link_data, machine, make_demo, results_flag, run, script
+from benchlib import (
+    BENCH_RUN,
+    WORK,
+    Report,
+    bench_fold,
+    link_data,
+    machine,
+    make_demo,
+    results_flag,
+    run,
+    script,
+)
 
 from common.tables import markdown_table
 
@@ -31,9 +42,9 @@ RUNS = {"defaults": ("--epochs", "10"), "small-data recipe": RECIPE}
 def train_and_stream(work: Path, prep: Path, name: str, flags: tuple[str, ...], say) -> dict:
     """03 (resumed where it stopped) and 04 on fold 0 in work/<name>, unless streamed."""
     out = link_data(work / name.replace(" ", "-"), prep)
-    summary = out / "fold0" / "stream_summary.json"
+    summary = bench_fold(out) / "stream_summary.json"
     if not summary.exists():
-        fold = ("--output-dir", out, "--fold", "0")
+        fold = ("--output-dir", out, "--run", BENCH_RUN, "--fold", "0")
         # --resume: an interrupted benchmark continues after its last whole epoch
         train = script("03_train.py", *fold, *flags, "--resume", "--no-progress")
         run(train, out / "train.log", append=True, say=say)
@@ -42,7 +53,7 @@ def train_and_stream(work: Path, prep: Path, name: str, flags: tuple[str, ...], 
     printed = (out / "train.log").read_text()
     schedule = re.search(r"^schedule: .*$", printed, re.M).group(0)
     batches = re.search(r"batches of (\d+)", printed).group(1)
-    history = pd.read_csv(out / "fold0" / "history.csv")
+    history = pd.read_csv(bench_fold(out) / "history.csv")
     seconds = round((history["train_seconds"] + history["valid_seconds"]).sum())
     resumed = re.search(r"^resumed after epoch (\d+)", printed, re.M)
     stream = json.loads(summary.read_text())

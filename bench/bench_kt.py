@@ -51,12 +51,12 @@ import benchlib
 import kt_report
 import numpy as np
 import pandas as pd
-from benchlib import file_lock, flags, link_data, relative, run, script
+from benchlib import BENCH_RUN, bench_fold, bench_run, flags, link_data, relative, run, script
 
 from common.cli import config_from_args, to_argv
 from common.dataset import Dataset
 from common.evaluate import EvaluateConfig
-from common.files import environment, write_json, write_text
+from common.files import environment, file_lock, write_json, write_text
 from common.folds import Fold
 from common.kt_datasets import MULTI_SKILL_MODES, PRESETS
 from common.metrics import score_metrics
@@ -273,11 +273,11 @@ def prepare_model_dir(ctx: Context, plan: DatasetPlan, model: str, prep_dir: Pat
 
 
 def fold_commands(ctx: Context, model: str, model_dir: Path, input_dir: Path, k: int):
-    s, fold = ctx.settings, flags(output_dir=model_dir, fold=k)
+    s, fold = ctx.settings, flags(output_dir=model_dir, run=BENCH_RUN, fold=k)
     # --resume: an interrupted fold continues from its last epoch
     train_flags = [*MODEL_FLAGS[model], *s.train_flags(), "--resume", "--no-progress"]
     stream = flags(checkpoint=s.checkpoint_file(), device=s.train.device, no_export=True)
-    score = flags(input_dir=input_dir, output_dir=model_dir, folds=k, bootstrap=0)
+    score = flags(input_dir=input_dir, output_dir=model_dir, run=BENCH_RUN, folds=k, bootstrap=0)
     return (
         script("03_train.py", *fold, *train_flags),
         script("04_infer.py", *fold, *stream, "--no-progress"),
@@ -286,7 +286,7 @@ def fold_commands(ctx: Context, model: str, model_dir: Path, input_dir: Path, k:
 
 
 def report_lock(model_dir: Path):
-    """Each 05 run rewrites model_dir/report/. Two bench_kt jobs on one model (other
+    """Each 05 run rewrites the run's report/. Two bench_kt jobs on one model (other
     folds) take turns at 05 and at reading its table back, so neither reads the other's
     (an exclusive flock on model_dir/report.lock, released when the block ends)."""
     return file_lock(model_dir / "report.lock")
@@ -337,7 +337,7 @@ def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: in
         return result
     if ctx.args.force:
         result_path.unlink(missing_ok=True)
-        shutil.rmtree(model_dir / f"fold{k}", ignore_errors=True)
+        shutil.rmtree(bench_fold(model_dir, k), ignore_errors=True)
     input_dir = ctx.dataset_dir(plan) / "input"
     commands = fold_commands(ctx, model, model_dir, input_dir, k)
     logs, wall = model_dir / "logs", {}
@@ -347,7 +347,7 @@ def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: in
         evaluate = commands[2]
         wall["evaluate"] = run(evaluate, logs / f"fold{k}_evaluate.log", label=f"evaluate fold {k}")
         scores = kt_report.fold_metrics(model_dir, k)
-    fold_dir = model_dir / f"fold{k}"
+    fold_dir = bench_fold(model_dir, k)
     history = pd.read_csv(fold_dir / "history.csv")
     stream = json.loads((fold_dir / "stream_summary.json").read_text())
     run_record = json.loads((fold_dir / "train_run.json").read_text())
@@ -378,7 +378,7 @@ def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: in
 
 def pooled_report(ctx: Context, plan: DatasetPlan, model_dir: Path, folds: list[int]) -> None:
     """05 over every finished fold of the model (the pooled report.md)."""
-    stamp = model_dir / "report" / "bench_pooled.json"
+    stamp = bench_run(model_dir) / "report" / "bench_pooled.json"
     wanted = {"folds": folds, "bootstrap": ctx.args.bootstrap}
     if stamp.exists() and json.loads(stamp.read_text()) == wanted:
         return
@@ -386,7 +386,7 @@ def pooled_report(ctx: Context, plan: DatasetPlan, model_dir: Path, folds: list[
         write_json(stamp, wanted)
         return
     scope = flags(folds=",".join(map(str, folds)), bootstrap=ctx.args.bootstrap, no_progress=True)
-    where = flags(input_dir=ctx.dataset_dir(plan) / "input", output_dir=model_dir)
+    where = flags(input_dir=ctx.dataset_dir(plan) / "input", output_dir=model_dir, run=BENCH_RUN)
     with report_lock(model_dir):
         log = model_dir / "logs" / "evaluate_pooled.log"
         run(script("05_evaluate.py", *where, *scope), log, label="05 pooled")

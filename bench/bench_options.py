@@ -21,7 +21,18 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from benchlib import WORK, Report, link_data, make_demo, results_flag, run, script
+from benchlib import (
+    BENCH_RUN,
+    WORK,
+    Report,
+    bench_fold,
+    bench_run,
+    link_data,
+    make_demo,
+    results_flag,
+    run,
+    script,
+)
 
 from common.blend import BLEND
 from common.feature_baseline import FEATURE_BASELINE
@@ -43,19 +54,20 @@ HEADER = [
 def demo_variant(work: Path, prep: Path, input_dir: Path, name: str, flags: list[str]) -> Path:
     """03, 04 and 05 of one variant on fold 0 (skipped when its report is there)."""
     out = link_data(work / name.replace(" ", "_").replace("+", "plus"), prep)
-    if not (out / "report" / "summary.json").exists():
-        fold = ["--output-dir", out, "--fold", "0", "--no-progress"]
+    if not (bench_run(out) / "report" / "summary.json").exists():
+        fold = ["--output-dir", out, "--run", BENCH_RUN, "--fold", "0", "--no-progress"]
         run(script("03_train.py", *fold, "--resume", *RECIPE, *flags))
         run(script("04_infer.py", *fold, "--no-export"))
-        where = ["--input-dir", input_dir, "--output-dir", out, "--bootstrap", "0"]
+        where = ["--input-dir", input_dir, "--output-dir", out, "--run", BENCH_RUN]
+        where += ["--bootstrap", "0"]
         run(script("05_evaluate.py", *where, "--no-progress"))
     return out
 
 
 def demo_row(name: str, out: Path) -> list[str]:
-    summary = json.loads((out / "report" / "summary.json").read_text())
-    history = pd.read_csv(out / "fold0" / "history.csv")
-    stream = json.loads((out / "fold0" / "stream_summary.json").read_text())
+    summary = json.loads((bench_run(out) / "report" / "summary.json").read_text())
+    history = pd.read_csv(bench_fold(out) / "history.csv")
+    stream = json.loads((bench_fold(out) / "stream_summary.json").read_text())
     blend = summary.get("blend_auc")
     weight = summary["blend"].get("0", {}).get("weight") if summary.get("blend") else None
     return [
@@ -122,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.work_dir / name.replace(" ", "_").replace("+", "plus")
         if not args.table_only and name in args.variants:
             out = demo_variant(args.work_dir, prep, demo_input, name, flags)
-        if (out / "report" / "summary.json").exists():
+        if (bench_run(out) / "report" / "summary.json").exists():
             rows.append(demo_row(name, out))
     rows += kt_rows(args.kt_dir)
     report = Report("options", args.results)

@@ -10,7 +10,6 @@ is full. Each phase prints the process's peak RSS so far.
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import tempfile
 import time
@@ -19,17 +18,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from benchlib import Report, results_flag
+from benchlib import Report, peak_gb, results_flag
 
 from common.kaggle_notebook import COMPETITION_STATE_GB
 from common.model import SAINT, ModelConfig
 from common.online import FIELD_DTYPES, OnlineState, Snapshot
 
 STUDENTS, QUESTIONS = 393_656, 13_523
-
-
-def peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
 def synthetic_snapshot(model: SAINT, path: Path, students: int) -> None:

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import torch
-from benchlib import WORK, Report, link_data, make_demo, results_flag, run, script
+from benchlib import WORK, Report, bench_fold, link_data, make_demo, results_flag, run, script
 
 from common.checkpoint import save_model
 from common.folds import fold_fingerprint, load_fold_data
@@ -43,12 +43,12 @@ def measure(data_out: Path, work: Path, name: str, args: argparse.Namespace, say
     config = ModelConfig(n_questions=n_questions, window=args.window, **CONFIGS[name])
     model = SAINT(config)
     fingerprint = fold_fingerprint(data_out, 0)
-    save_model(out / "fold0" / "best.pt", model, epoch=0, fold_fingerprint=fingerprint)
+    save_model(bench_fold(out) / "best.pt", model, epoch=0, fold_fingerprint=fingerprint)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     flags = ["--output-dir", out, "--fold", "0", "--no-progress", "--no-export"]
     flags += ["--group-rows", args.group_rows, *args.extra]
     run(script("04_infer.py", *flags), env=env, say=say)
-    summary = json.loads((out / "fold0" / "stream_summary.json").read_text())
+    summary = json.loads((bench_fold(out) / "stream_summary.json").read_text())
     summary["parameters"] = model.n_parameters()
     return summary
 

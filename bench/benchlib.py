@@ -9,17 +9,16 @@ the project as `common` (installed by scripts/setup_env.sh with `pip install -e 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import platform
 import re
+import resource
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -193,19 +192,6 @@ def run(
     return seconds
 
 
-@contextmanager
-def file_lock(path: Path):
-    """An exclusive flock on `path` (made if missing) while the block runs: jobs that
-    share the file take turns."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 # Peak RSS comes from a small launcher between this process and the child: Linux carries
 # the exec-ing process's high-water mark into the child's ru_maxrss, and this process holds
 # far more than the launcher does. /usr/bin/time is that launcher where it exists; else a
@@ -228,12 +214,29 @@ def with_peak_rss(command: list[str], rss_file: Path) -> list[str]:
     return [sys.executable, "-c", WAIT4_LAUNCHER, str(rss_file), *command]
 
 
+def peak_gb() -> float:
+    """This process's peak RSS so far, GB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
 def peak_rss_bytes(rss_file: Path) -> int:
     return int(rss_file.read_text().split()[-1]) * 1024  # KiB on Linux
 
 
 # ---------------------------------------------------------------------------------------
 # data
+
+
+BENCH_RUN = "bench"  # the run a benchmark's output dir holds (03_train.py --run bench)
+
+
+def bench_run(out: Path) -> Path:
+    """The benchmark run's folder in the output dir `out` (layout.run_dir)."""
+    return out / "runs" / BENCH_RUN
+
+
+def bench_fold(out: Path, k: int = 0) -> Path:
+    return bench_run(out) / f"fold{k}"
 
 
 def link_data(out: Path, prep: Path, names: tuple[str, ...] = ("data", "folds")) -> Path:

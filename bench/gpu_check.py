@@ -25,7 +25,17 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import WORK, Report, link_data, make_demo, results_flag, run, script
+from benchlib import (
+    BENCH_RUN,
+    WORK,
+    Report,
+    bench_fold,
+    link_data,
+    make_demo,
+    results_flag,
+    run,
+    script,
+)
 
 from common.tables import markdown_table
 
@@ -50,11 +60,12 @@ def train_rate(args: argparse.Namespace, data_out: Path, compile_: bool, say: Re
 def demo_training(args: argparse.Namespace, data_out: Path, say: Report) -> dict:
     """03_train.py for 2 epochs on the device: the last epoch's interactions/s and AUC."""
     out = link_data(args.work_dir / "demo_run", data_out)
-    flags = ["--output-dir", out, "--device", args.device, "--amp", args.amp, "--epochs", 2]
+    flags = ["--output-dir", out, "--run", BENCH_RUN, "--device", args.device, "--amp", args.amp]
+    flags += ["--epochs", 2]
     flags += ["--d-model", 64, "--layers", 2, "--heads", 4, "--batch-size", 64, "--lr", 2e-3]
     flags += ["--warmup", 100, "--no-progress"]
     run(script("03_train.py", *flags), say=say)
-    with open(out / "fold0" / "history.csv") as f:
+    with open(bench_fold(out) / "history.csv") as f:
         last = list(csv.DictReader(f))[-1]
     return {"rate": float(last["interactions_per_s"]), "auc": float(last["inner_auc"])}
 
@@ -66,7 +77,7 @@ def stream_rate(args: argparse.Namespace, say: Report) -> float:
     command = script("bench/bench_stream.py", "--users", users, "--configs", config)
     command += ["--work-dir", str(args.work_dir), "--results", str(args.work_dir / "stream.txt")]
     run([*command, "--", "--device", args.device], say=say)
-    summary = args.work_dir / f"stream_{config}" / "fold0" / "stream_summary.json"
+    summary = bench_fold(args.work_dir / f"stream_{config}") / "stream_summary.json"
     return float(json.loads(summary.read_text())["rows_per_s"])
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
-from benchlib import relative, shown
+from benchlib import bench_run, relative, shown
 
 from common.baselines import BASELINE_NAMES
 from common.blend import BLEND
@@ -38,7 +38,7 @@ def finished_results(model_dir: Path) -> list[dict]:
 def fold_metrics(model_dir: Path, k: int) -> dict:
     """AUC and accuracy at 0.5 of the model, the blend and the baselines on fold k (05's
     metrics.csv; the blend and the boosted features where 05 scored them)."""
-    table = pd.read_csv(model_dir / "report" / "metrics.csv", dtype={"fold": str})
+    table = pd.read_csv(bench_run(model_dir) / "report" / "metrics.csv", dtype={"fold": str})
     rows = table[table["fold"] == str(k)].set_index("scorer")
     scores = {}
     for scorer in ("model", *SCORERS):

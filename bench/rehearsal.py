@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from benchlib import script
+from benchlib import bench_fold, script
 from rehearsal_measure import Measured, counted, measure
 from rehearsal_stream import (
     GROUP_ROWS,
@@ -385,7 +385,7 @@ def run_stream(places: Places, max_rows: int | None, threads: int, say) -> dict:
     flags += ["--group-rows", GROUP_ROWS, "--kaggle-dir", places.bundle]
     command = script("04_infer.py", *flags)
     m = measure(command, places.log("stream"), env=threads_env(threads), say=say)
-    summary = json.loads((places.stream / "fold0" / "stream_summary.json").read_text())
+    summary = json.loads((bench_fold(places.stream) / "stream_summary.json").read_text())
     keys = ("rows", "groups", "seconds", "rows_per_s", "predict_rows_per_s", "state_bytes")
     keys += ("cache_builds", "cache_rebuilds", "cache_evictions")
     figures = {k: summary[k] for k in keys} | {

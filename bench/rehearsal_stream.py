@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from benchlib import REPO
+from benchlib import REPO, bench_fold
 
 from common.checkpoint import save_model
 from common.data import TrainArrays, load_questions
@@ -74,7 +74,7 @@ def prepare_stream(prep: Path, out: Path, max_rows: int | None, seed: int = 0) -
     config = ModelConfig(n_questions=n_questions, **REFERENCE)
     model = SAINT(config)
     fingerprint = fold_fingerprint(out, 0)
-    save_model(out / "fold0" / "best.pt", model, epoch=0, fold_fingerprint=fingerprint)
+    save_model(bench_fold(out) / "best.pt", model, epoch=0, fold_fingerprint=fingerprint)
     bounded = {
         "rows": cut,
         "question_rows": int(question[:cut].sum()),

@@ -61,7 +61,7 @@ class BlendChoice:
 
 
 def choose_fold_blend(
-    output_dir: Path,
+    run_dir: Path,
     fold_index: int,
     data: Dataset,
     cut_row: np.ndarray,
@@ -71,7 +71,7 @@ def choose_fold_blend(
     seed: int,
 ) -> tuple[BlendChoice | None, str]:
     """(choice, "") or (None, why there is no blend for this fold)."""
-    path = fold_dir(output_dir, fold_index) / INNER_PREDICTIONS
+    path = fold_dir(run_dir, fold_index) / INNER_PREDICTIONS
     if not path.exists():
         return None, f"fold {fold_index}: no {INNER_PREDICTIONS} (03 --select-on inner writes it)"
     inner = pd.read_parquet(path)

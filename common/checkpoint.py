@@ -200,16 +200,16 @@ def check_resumable(
         )
 
 
-def cv_epochs(output_dir: str | Path, say: bool = True) -> int:
+def cv_epochs(run_dir: str | Path, say: bool = True) -> int:
     """The full-data run's epoch count: the median best epoch of the CV folds' best.pt
     (each chosen by its fold's selection), rounded."""
     found = {}
-    for k in folds_holding(output_dir, "best.pt"):
-        path = fold_dir(output_dir, k) / "best.pt"
+    for k in folds_holding(run_dir, "best.pt"):
+        path = fold_dir(run_dir, k) / "best.pt"
         found[path.parent.name] = int(read_checkpoint(path, "cpu")["best_epoch"])
     if not found:
         raise CheckpointError(
-            f"--epochs 0 takes the epoch count from the CV folds, but {output_dir} has no "
+            f"--epochs 0 takes the epoch count from the CV folds, but {run_dir} has no "
             "fold*/best.pt: train the folds first, or give --epochs"
         )
     epochs = max(1, round(float(np.median(list(found.values())))))

@@ -6,11 +6,17 @@ annotation; its help (metadata "help") ends with the default. A bool that defaul
 is a switch `--name`, one that defaults to True is `--no-name`. A nested config dataclass
 (TrainConfig's `model`) contributes its own fields' flags. Fields whose metadata says
 `cli=False` (filled from the data) get no flag. Tuples and lists take a comma list.
+
+`--config FILE` (every script built on `parse_config`) reads the same fields from a JSON or
+YAML file, nested configs as nested mappings, the field names as keys; flags given beside
+it override it, unknown keys and values of the wrong type are refused. The config.json a
+training run writes is such a file (its "recorded" section is ignored).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import types
 import typing
@@ -82,11 +88,15 @@ def add_config_flags(
         options: dict = {"dest": path, "default": default}
         if kind is bool and not sequence:
             if default:
+                text = f"{text or f'turn {name} off'} (default: {name} on)"
                 parser.add_argument(
-                    f"--no-{name}", action="store_false", help=text or f"turn {name} off", **options
+                    f"--no-{name}", action="store_false", help=text.replace("%", "%%"), **options
                 )
             else:
-                parser.add_argument(f"--{name}", action="store_true", help=text, **options)
+                text = f"{text} (default: off)".lstrip()
+                parser.add_argument(
+                    f"--{name}", action="store_true", help=text.replace("%", "%%"), **options
+                )
             continue
         if default is MISSING:
             options.pop("default")
@@ -156,14 +166,154 @@ def config_from_args(cls: type, args: argparse.Namespace, prefix: str = ""):
     return cls(**values)
 
 
+def _file_value(where: str, value: object, f: Field, annotation: object) -> object:
+    """A config file's value for field `f`, checked against its type and choices."""
+    kind, sequence = _plain_type(annotation)
+    optional = type(None) in typing.get_args(annotation)
+    if value is None:
+        if optional:
+            return None
+        raise ValueError(f"{where}: null, but the field takes a {kind.__name__}")
+    items = value if sequence else [value]
+    if sequence and not isinstance(value, list | tuple):
+        raise ValueError(f"{where}: {value!r}, but the field takes a list")
+    checked = []
+    for item in items:
+        fits = {
+            bool: isinstance(item, bool),
+            int: isinstance(item, int) and not isinstance(item, bool),
+            float: isinstance(item, int | float) and not isinstance(item, bool),
+            str: isinstance(item, str),
+        }.get(kind, True)
+        if not fits:
+            raise ValueError(f"{where}: {item!r}, but the field takes a {kind.__name__}")
+        choices = f.metadata.get("choices")
+        if choices is not None and item not in choices:
+            raise ValueError(f"{where}: {item!r} is not one of {', '.join(map(str, choices))}")
+        checked.append(kind(item) if kind in (int, float) else item)
+    return tuple(checked) if sequence else checked[0]
+
+
+def _file_fields(cls: type, values: dict, where: str, prefix: str = "") -> dict[str, object]:
+    """dotted path -> value of a config file's mapping for `cls`."""
+    hints = typing.get_type_hints(cls)
+    by_name = {f.name: f for f in fields(cls)}
+    found: dict[str, object] = {}
+    for key, value in values.items():
+        f = by_name.get(key)
+        if f is None:
+            known = ", ".join(sorted(by_name))
+            raise ValueError(f"{where}: unknown key {prefix}{key} (keys here: {known})")
+        annotation = hints[key]
+        if is_dataclass(annotation):
+            if not isinstance(value, dict):
+                raise ValueError(f"{where}: {prefix}{key} must be a mapping of its fields")
+            found |= _file_fields(annotation, value, where, f"{prefix}{key}.")
+        else:
+            found[f"{prefix}{key}"] = _file_value(f"{where}: {prefix}{key}", value, f, annotation)
+    return found
+
+
+def read_config_file(path: str | Path, cls: type) -> dict[str, object]:
+    """The fields a JSON or YAML config file sets for `cls` (dotted path -> value); its
+    "recorded" section (what a run wrote beside its config) is ignored."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            values = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ValueError(f"{path}: not valid YAML ({error})") from None
+    elif path.suffix.lower() == ".json":
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not valid JSON ({error})") from None
+    else:
+        raise ValueError(f"{path}: a config file is .json, .yaml or .yml")
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a config file holds a mapping of field names to values")
+    values = {k: v for k, v in values.items() if k != "recorded"}
+    return _file_fields(cls, values, str(path))
+
+
 def parse_config(parser: argparse.ArgumentParser, cls: type, argv: list[str] | None):
-    """(config, args): the flags parsed and `cls` built from them; a config the dataclass
-    refuses (ValueError) ends like a bad flag: usage, the message, exit 2."""
+    """(config, args): `--config FILE` read (if given), the flags parsed over it, and
+    `cls` built from them; a config file or a config the dataclass refuses (ValueError)
+    ends like a bad flag: usage, the message, exit 2."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a JSON or YAML file of this script's config fields (a run's config.json "
+        "reproduces it); flags override it (default: none)",
+    )
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--config", type=Path)
+    given, _ = early.parse_known_args(argv)
+    if given.config is not None:
+        try:
+            values = read_config_file(given.config, cls)
+        except OSError as error:
+            parser.error(f"--config: {error}")
+        except ValueError as error:
+            parser.error(str(error))
+        for action in parser._actions:  # a required flag the file sets is given
+            if action.dest in values:
+                action.required = False
+        parser.set_defaults(**values)
     args = parser.parse_args(argv)
     try:
         return config_from_args(cls, args), args
     except ValueError as error:
         parser.error(str(error))
+
+
+def fold_spec(text: str) -> str | tuple[int, ...]:
+    """--fold's value: one fold (3), a list (0,2), a range (0-4), or 'all'."""
+    text = text.strip()
+    if text == "all":
+        return text
+    folds: list[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            folds += range(int(low), int(high or low) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a fold (3), a list (0,2), a range (0-4) or all"
+        ) from None
+    if not folds or min(folds) < 0 or len(set(folds)) != len(folds):
+        raise argparse.ArgumentTypeError(f"{text!r}: folds are distinct, from 0")
+    return tuple(folds)
+
+
+def fold_list_flag(parser: argparse.ArgumentParser) -> None:
+    """Let the config's --fold take several folds (fold_spec): the field then holds the
+    spec until `chosen_folds` expands it."""
+    action = next(a for a in parser._actions if a.dest == "fold")
+    action.type = fold_spec
+    action.metavar = "FOLDS"
+    action.help = f"{action.help}; several: 0,2 or 0-4 or all (every fold of folds/)"
+
+
+def chosen_folds(spec: object, n_folds: int) -> list[int]:
+    """The folds a --fold value names (an int from a config file, a fold_spec), each
+    checked against the n_folds stage 2 made."""
+    if spec == "all":
+        return list(range(n_folds))
+    folds = [spec] if isinstance(spec, int) else list(spec)  # type: ignore[arg-type]
+    beyond = [k for k in folds if not 0 <= k < n_folds]
+    if beyond:
+        raise UserError(f"--fold {beyond[0]}: folds/ holds folds 0-{n_folds - 1}")
+    return folds
+
+
+def run_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    """--run NAME: which experiment under <output-dir>/runs/ a stage works on."""
+    parser.add_argument("--run", metavar="NAME", help=help)
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
@@ -182,7 +332,10 @@ def path_flags(
             "--input-dir", type=Path, default=Path("input"), help=f"{input_help} (default: input)"
         )
     parser.add_argument(
-        "--output-dir", type=Path, default=Path(output), help=f"(default: {output})"
+        "--output-dir",
+        type=Path,
+        default=Path(output),
+        help=f"the pipeline's output folder: data/, folds/, runs/ (default: {output})",
     )
 
 

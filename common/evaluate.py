@@ -3,20 +3,22 @@ three baselines (common/baselines.py, common/feature_baseline.py) and, on demo d
 the true probabilities, score the model's blend with the boosted features
 (common/blend.py), and write a report with tables and figures.
 
-Inputs (under --output-dir): data/ (01), folds/ (02), fold{k}/history.csv (03) and
-fold{k}/stream_predictions.parquet (04); optionally fold{k}/inner_predictions.parquet
-(03, for the blend) and <input-dir>/demo_truth.csv (00's demo).
+Inputs (under --output-dir): data/ (01), folds/ (02), and in the run's folder (runs/NAME/)
+fold{k}/history.csv, config.json (03) and fold{k}/stream_predictions.parquet (04);
+optionally fold{k}/inner_predictions.parquet (03, for the blend) and
+<input-dir>/demo_truth.csv (00's demo).
 Labels come from the data arrays through each prediction's global_row, never from the
 predictions file (whose labels must agree), and the rows must be exactly the question rows
 of the fold's validation stream.
 
-Outputs:
-    <output-dir>/report.md             the report (headline, tables, figures, method)
-    <output-dir>/report/metrics.csv    per fold and pooled, per scorer: every metric
-    <output-dir>/report/metrics.md     the same as Markdown tables
-    <output-dir>/report/slices.csv/md  AUC and more by student, part, history, container
-    <output-dir>/report/*.png          ROC curves, reliability diagram, training curves
-    <output-dir>/report/summary.json   the headline numbers
+Outputs (in the run's folder, and a row of <output-dir>/runs.csv):
+    report.md             the report (the run's configuration and provenance, headline,
+                          tables, figures, method)
+    report/metrics.csv    per fold and pooled, per scorer: every metric
+    report/metrics.md     the same as Markdown tables
+    report/slices.csv/md  AUC and more by student, part, history, container
+    report/*.png          ROC curves, reliability diagram, training curves
+    report/summary.json   the headline numbers
 """
 
 from __future__ import annotations
@@ -35,9 +37,12 @@ from common.dataset import Dataset
 from common.feature_baseline import FEATURE_BASELINE, FeatureBaselineConfig
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold
-from common.layout import REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir
+from common.layout import REPORT_FILE, REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir, run_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
 from common.options import option, progress_option
+from common.provenance import provenance_markdown, run_provenance
+from common.runs import commit
+from common.runs_table import append_run_row, config_columns
 from common.scored_rows import (
     MODEL,
     ORACLE,
@@ -66,7 +71,7 @@ CONTAINER_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5+", 
 @dataclass
 class EvaluateConfig:
     folds: list[int] | None = option(
-        None, "folds to score (default: every fold{k}/ holding stream predictions)"
+        None, "folds to score (default: every fold{k}/ of the run holding stream predictions)"
     )
     bootstrap: int = option(1000, "AUC resamples for the interval; 0 skips it")
     seed: int = option(0, "seed of the bootstrap")
@@ -242,6 +247,11 @@ def headline(table: pd.DataFrame) -> dict:
         "oracle_auc": float(pooled.loc[ORACLE, "auc"]) if ORACLE in pooled.index else None,
     }
     result["lift"] = {name: result["auc"] - auc for name, auc in result["baselines"].items()}
+    per_fold = table[(table["fold"] != POOLED) & (table["scorer"] == MODEL)]["auc"].to_numpy()
+    result["fold_aucs"] = [float(a) for a in per_fold]
+    result["auc_fold_mean"] = float(np.mean(per_fold))
+    # the sample standard deviation over folds (n - 1); none with one fold
+    result["auc_fold_std"] = float(np.std(per_fold, ddof=1)) if len(per_fold) > 1 else None
     return result
 
 
@@ -256,6 +266,11 @@ def _headline_markdown(head: dict, folds: list[int], config: EvaluateConfig) -> 
             f"(percentile bootstrap over rows, {config.bootstrap:,} resamples)"
         )
     lines[0] += "."
+    if head.get("auc_fold_std") is not None:
+        lines.append(
+            f"Fold mean {head['auc_fold_mean']:.4f} ± {head['auc_fold_std']:.4f} (standard "
+            f"deviation over {len(head['fold_aucs'])} folds, each scored on its own rows)."
+        )
     if head["oracle_auc"] is not None:
         best = max(head["baselines"].values())
         gap = head["oracle_auc"] - best
@@ -343,14 +358,17 @@ def report_markdown(
     figures: dict[str, str],
     folds: list[int],
     config: EvaluateConfig,
+    provenance: dict,
 ) -> str:
     has_oracle = head["oracle_auc"] is not None
     figure_md = "".join(f"### {title}\n\n![{title}]({link})\n\n" for title, link in figures.items())
     if not figures:
         figure_md = "No figures.\n\n"
     return (
-        "# Evaluation report\n\n"
-        f"_Generated {time.strftime('%Y-%m-%d %H:%M')} by 05_evaluate.py._\n\n"
+        f"# Evaluation report: run {provenance['run']}\n\n"
+        f"_Generated {time.strftime('%Y-%m-%d %H:%M')} by 05_evaluate.py at commit "
+        f"{commit()}._\n\n"
+        f"## Run\n\n{provenance_markdown(provenance)}\n"
         f"## Headline\n\n{_headline_markdown(head, folds, config)}\n"
         f"## Metrics\n\n{metrics_md}\n"
         f"## Slices (pooled rows)\n\n{slices_md}\n"
@@ -365,14 +383,14 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 
 def fold_blend(
-    output_dir: Path, fold_index: int, data: Dataset, config: EvaluateConfig
+    output_dir: Path, run_dir: Path, fold_index: int, data: Dataset, config: EvaluateConfig
 ) -> tuple[BlendChoice | None, str]:
     """The fold's blend weight, chosen on its inner split (common.blend)."""
-    summary = stream_summary(output_dir, fold_index)
+    summary = stream_summary(run_dir, fold_index)
     fold = Fold.load(output_dir, fold_index)
     cut_row = data.arrays.offsets[:-1] + fold.user_cut
     return choose_fold_blend(
-        output_dir,
+        run_dir,
         fold_index,
         data,
         cut_row,
@@ -383,30 +401,33 @@ def fold_blend(
     )
 
 
-def load_histories(output_dir: Path, folds: list[int]) -> dict[int, pd.DataFrame]:
+def load_histories(run_dir: Path, folds: list[int]) -> dict[int, pd.DataFrame]:
     histories = {}
     for k in folds:
-        path = fold_dir(output_dir, k) / "history.csv"
+        path = fold_dir(run_dir, k) / "history.csv"
         if path.exists():
             histories[k] = pd.read_csv(path)
     return histories
 
 
-def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
-    """Score the folds' stream predictions and write the report; returns the headline."""
+def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig, run: str) -> dict:
+    """Score run `run`'s folds' stream predictions, write its report and a row of
+    output/runs.csv; returns the headline."""
+    begin = time.perf_counter()
     output_dir, input_dir = Path(output_dir), Path(input_dir)
-    folds = config.folds if config.folds is not None else discover_folds(output_dir)
+    folder = run_dir(output_dir, run)
+    folds = config.folds if config.folds is not None else discover_folds(folder)
     if not folds:
-        raise FileNotFoundError(
-            f"no {output_dir}/fold*/{STREAM_PREDICTIONS}: run 04_infer.py first"
-        )
+        raise FileNotFoundError(f"no {folder}/fold*/{STREAM_PREDICTIONS}: run 04_infer.py first")
     data = Dataset.load(output_dir)
     features = config.features if config.feature_baseline else None
     frames, blends, no_blend = [], {}, []
     for k in folds:
-        fold_rows = load_fold_rows(output_dir, k, data, config.baselines, features, config.seed)
+        fold_rows = load_fold_rows(
+            output_dir, folder, k, data, config.baselines, features, config.seed
+        )
         if features is not None:
-            choice, reason = fold_blend(output_dir, k, data, config)
+            choice, reason = fold_blend(output_dir, folder, k, data, config)
             if choice is None:
                 no_blend.append(reason)
             else:
@@ -425,7 +446,7 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
     if truth_path.exists():
         rows = add_oracle(rows, truth_path)
 
-    report_dir = output_dir / REPORT_SUBDIR
+    report_dir = folder / REPORT_SUBDIR
     table = metric_table(rows, config)
     slices = slice_table(rows)
     metrics_md, slices_md = metrics_markdown(table), slices_markdown(slices)
@@ -444,7 +465,7 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
     plots.reliability_figure(
         report_dir / "reliability.png", labels, scores, config.calibration_bins
     )
-    histories = load_histories(output_dir, folds)
+    histories = load_histories(folder, folds)
     if histories:
         plots.training_curves_figure(report_dir / "training_curves.png", histories)
         figures["Training curves"] = "training_curves.png"
@@ -454,11 +475,36 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig) -> dict:
     head["blend"] = {k: asdict(choice) for k, choice in blends.items()}
     head["no_blend"] = no_blend
     head["folds"] = folds
-    head["selection"] = selection_note({k: stream_summary(output_dir, k) for k in folds})
-    head["report"] = str(output_dir / "report.md")
-    write_text(
-        output_dir / "report.md", report_markdown(head, metrics_md, slices_md, links, folds, config)
-    )
+    summaries = {k: stream_summary(folder, k) for k in folds}
+    head["selection"] = selection_note(summaries)
+    head["report"] = str(folder / REPORT_FILE)
+    head["run"] = run
+    provenance = run_provenance(folder, folds)
+    text = report_markdown(head, metrics_md, slices_md, links, folds, config, provenance)
+    write_text(folder / REPORT_FILE, text)
     write_json(report_dir / "summary.json", head)
+    append_run_row(output_dir, evaluate_row(head, provenance, summaries, begin))
     write_run_record(report_dir, "evaluate", asdict(config))
     return head
+
+
+def evaluate_row(head: dict, provenance: dict, summaries: dict, begin: float) -> dict:
+    """The report as a row of output/runs.csv: the pooled AUC and the fold spread."""
+    first = next(iter(provenance["folds"].values()))
+    configs = {k: f["config"] for k, f in provenance["folds"].items()}
+    return {
+        "run": head["run"],
+        "stage": "evaluate",
+        "folds": ",".join(map(str, head["folds"])),
+        "commit": commit(),
+        **(config_columns(first["config"]) if first["config"] else {}),
+        "epochs": ",".join(str(c.get("epochs", "")) for c in configs.values()),
+        "best_epoch": ",".join(str(s.get("checkpoint_epoch")) for s in summaries.values()),
+        "selected_on": ",".join(
+            sorted({str(s.get("checkpoint_selected_on") or "by hand") for s in summaries.values()})
+        ),
+        "stream_auc": head["auc"],
+        "auc_fold_mean": head["auc_fold_mean"],
+        "auc_fold_std": head["auc_fold_std"],
+        "wall_s": time.perf_counter() - begin,
+    }

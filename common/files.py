@@ -9,6 +9,7 @@ half-written file.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -61,6 +62,23 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         for leftover in (tmp, old):
             if leftover.exists():
                 shutil.rmtree(leftover)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive flock on `path` while the block runs: processes that share a file (the
+    runs table, a report folder) take turns. `path` is a file (made if missing) or an
+    existing folder (locked in place: nothing is left beside the outputs)."""
+    path = Path(path)
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY if path.is_dir() else os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

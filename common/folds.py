@@ -23,7 +23,8 @@ Strategies:
 
 Artifact (<output-dir>/folds/): folds.json (config and per-fold statistics) and
 fold{k}.npz with user_cut (n_students,) row index within each student, virtual_offset
-(n_students,) ms, and stream_index (n_valid_rows,) global row indices in stream order.
+(n_students,) ms, and stream_index (n_valid_rows,) global row indices in stream order;
+and row_folds.csv, the same folds for any other pipeline (`write_row_folds`).
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pa_csv
 
 from common.data import TrainArrays, container_starts
 from common.dataset import Dataset
 from common.errors import UserError
 from common.features import QuestionSequences
 from common.files import atomic_dir, write_run_record
-from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, fold_file
+from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, ROW_FOLDS, fold_file
 from common.options import option
 from common.schema import QUESTION, InputError
 
@@ -221,6 +224,64 @@ def _stream_index(arrays: TrainArrays, cut: np.ndarray, offset: np.ndarray) -> n
     return rows[np.lexsort((rows, virtual))]
 
 
+# ---------------------------------------------------------------------------------------
+# row_folds.csv: the folds as row ids
+
+ROLES = ("train", "history", "validation")
+ROW_CHUNK = 4_000_000  # rows per written block: memory stays flat on the real 101M rows
+
+
+def write_row_folds(path: Path, arrays: TrainArrays, folds: list[Fold]) -> None:
+    """row_folds.csv (row_id, fold, role), every train row, in file order.
+
+    When each student validates in one fold at most (every strategy but virtual-time),
+    each row has one line: a fold-k student's rows are `validation` from the cut on and
+    `history` before it (trained on in every fold; fold k's stream starts after them);
+    other rows are `train` with fold -1. Otherwise (virtual-time) a row has a `validation`
+    line per fold it validates in, and rows no fold validates one `train` line (fold -1).
+    Either way fold k trains on every row but its own `validation` lines."""
+    lengths = np.diff(arrays.offsets)
+    validating = [f.user_cut < lengths for f in folds]
+    one_fold_each = not folds or int(np.sum(validating, axis=0).max(initial=0)) <= 1
+    owner = np.full(arrays.n_students, -1, dtype=np.int16)
+    for k, students in enumerate(validating):
+        owner[students] = k
+    role_names = pa.array(ROLES)
+    row_id = np.asarray(arrays["row_id"])
+    schema = pa.schema([("row_id", pa.int64()), ("fold", pa.int16()), ("role", pa.string())])
+    options = pa_csv.WriteOptions(include_header=False, quoting_style="none")
+    with open(path, "wb") as f, pa_csv.CSVWriter(f, schema, write_options=options) as writer:
+        f.write(b"row_id,fold,role\n")
+        for lo in range(0, arrays.n_rows, ROW_CHUNK):
+            rows = np.arange(lo, min(lo + ROW_CHUNK, arrays.n_rows))
+            student = np.searchsorted(arrays.offsets, rows, side="right") - 1
+            within = rows - arrays.offsets[student]
+            if one_fold_each:
+                fold = owner[student]
+                cut = np.zeros(len(rows), dtype=np.int64)
+                for k, f in enumerate(folds):
+                    mine = fold == k
+                    cut[mine] = f.user_cut[student[mine]]
+                role = np.where(fold < 0, 0, np.where(within >= cut, 2, 1)).astype(np.int8)
+                blocks = [(rows, fold, role)]
+            else:
+                valid = np.stack([within >= f.user_cut[student] for f in folds])
+                never = ~valid.any(axis=0)
+                blocks = [(rows[v], k, 2) for k, v in enumerate(valid)] + [(rows[never], -1, 0)]
+                blocks = [
+                    (chosen, np.full(len(chosen), k, np.int16), np.full(len(chosen), r, np.int8))
+                    for chosen, k, r in blocks
+                ]
+            for chosen, fold, role in blocks:
+                roles = pa.DictionaryArray.from_arrays(pa.array(role), role_names)
+                columns = [pa.array(row_id[chosen].astype(np.int64)), pa.array(fold)]
+                writer.write_table(pa.table([*columns, roles.cast(pa.string())], schema=schema))
+
+
+def read_row_folds(path: str | Path) -> pd.DataFrame:
+    return pd.read_csv(path, dtype={"row_id": "int64", "fold": "int16", "role": "category"})
+
+
 def fold_statistics(arrays: TrainArrays, fold: Fold) -> dict:
     rows = fold.stream_index
     is_question = np.asarray(arrays["content_type_id"])[rows] == QUESTION
@@ -245,10 +306,11 @@ def make_folds(
     output_dir = Path(output_dir)
     arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
     cuts = _fold_cuts(arrays, config, Path(input_dir) if input_dir else None)
-    stats = []
+    stats, folds = [], []
     with atomic_dir(output_dir / FOLDS_SUBDIR) as tmp:
         for k, (cut, offset) in enumerate(cuts):
             fold = Fold(k, cut, offset, _stream_index(arrays, cut, offset))
+            folds.append(fold)
             np.savez(
                 tmp / f"fold{k}.npz",
                 user_cut=fold.user_cut,
@@ -256,6 +318,7 @@ def make_folds(
                 stream_index=fold.stream_index,
             )
             stats.append(fold_statistics(arrays, fold))
+        write_row_folds(tmp / ROW_FOLDS, arrays, folds)
         manifest = {"config": asdict(config), "n_students": arrays.n_students, "folds": stats}
         (tmp / "folds.json").write_text(json.dumps(manifest, indent=2) + "\n")
     # beside the folder, not in it: the artifact stays byte-identical for a given seed
@@ -265,6 +328,14 @@ def make_folds(
 
 def load_fold_config(output_dir: str | Path) -> dict:
     return json.loads((Path(output_dir) / FOLDS_SUBDIR / "folds.json").read_text())
+
+
+def fold_count(output_dir: str | Path) -> int:
+    """How many folds stage 2 made in `output_dir`."""
+    path = Path(output_dir) / FOLDS_SUBDIR / "folds.json"
+    if not path.exists():
+        raise UserError(f"{path} not found: run 02_make_folds.py first")
+    return len(load_fold_config(output_dir)["folds"])
 
 
 # ---------------------------------------------------------------------------------------

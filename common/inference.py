@@ -1,9 +1,12 @@
-"""04_infer.py's logic: a fold's validation rows streamed through the emulated API, the
-submission and metric table. The loop itself is common.api_loop (the Kaggle notebook runs
-the same one, common.kaggle_notebook); the Kaggle export is common.kaggle_export."""
+"""04_infer.py's logic: a fold's validation rows streamed through the emulated API, its
+predictions and metric table, the run's out-of-fold file and its row of runs.csv. The
+loop itself is common.api_loop (the Kaggle notebook runs the same one,
+common.kaggle_notebook); the Kaggle export is common.kaggle_export."""
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -12,16 +15,19 @@ import pandas as pd
 import torch
 
 from common.api_loop import stream_loop
-from common.checkpoint import load_model
+from common.checkpoint import load_model, read_checkpoint
 from common.dataset import Dataset
 from common.device import device_option, resolve_device
 from common.emulator import Emulator, EmulatorConfig
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
-from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir
+from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, VALIDATION_PREDICTIONS, fold_dir
 from common.metrics import slice_table, student_and_part_slices
 from common.online import OnlineState, build_snapshot
+from common.oof import write_oof
 from common.options import option, progress_option
+from common.runs import commit
+from common.runs_table import append_run_row, config_columns
 
 
 @dataclass
@@ -29,7 +35,7 @@ class InferConfig:
     fold: int = option(0, "the fold whose validation rows are streamed")
     full: bool = option(
         False,
-        "export the full-data model (output/full/, from 03 --full-data) as the Kaggle bundle "
+        "export the run's full-data model (full/, from 03 --full-data) as the Kaggle bundle "
         "instead of streaming a fold (it has no validation rows)",
     )
     device: str = device_option()
@@ -37,7 +43,7 @@ class InferConfig:
     cache_students: int = option(
         4096, "students whose model cache stays in memory (LRU beyond; rebuilt from the ring)"
     )
-    checkpoint: str = option("best.pt", "file in output/fold{k}/")
+    checkpoint: str = option("best.pt", "file in the run's fold{k}/")
     progress: bool = progress_option()
     # past it the run stops with StateMemoryError rather than being killed by the OS
     max_state_memory: float | None = option(
@@ -86,13 +92,16 @@ def fold_state(
     )
 
 
-def run_emulated(output_dir: Path, config: InferConfig) -> dict:
-    """Stream fold `config.fold`'s validation rows through the emulator."""
-    run_dir = fold_dir(output_dir, config.fold)
+def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
+    """Stream fold `config.fold`'s validation rows (from output_dir's data/ and folds/)
+    through the emulator with the run's checkpoint; write the fold's outputs, the run's
+    oof.parquet and a row of output/runs.csv."""
+    begin = time.perf_counter()
+    folder = fold_dir(run_dir, config.fold)
     device = resolve_device(config.device)
-    model, checkpoint = load_model(run_dir / config.checkpoint, device)
+    model, checkpoint = load_model(folder / config.checkpoint, device)
     fingerprint = checkpoint.get("fold_fingerprint")
-    check_fold_fingerprint(fingerprint, output_dir, config.fold, str(run_dir / config.checkpoint))
+    check_fold_fingerprint(fingerprint, output_dir, config.fold, str(folder / config.checkpoint))
     dataset = Dataset.load(output_dir)
     fold = Fold.load(output_dir, config.fold)
     state = fold_state(output_dir, config, model, device, dataset)
@@ -106,7 +115,8 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
     table = stream_metrics(results, parts)
     summary = {
         "fold": config.fold,
-        "checkpoint": str(run_dir / config.checkpoint),
+        "checkpoint": str(folder / config.checkpoint),
+        "checkpoint_digest": checkpoint.get("model_digest"),
         "checkpoint_epoch": checkpoint.get("epoch"),
         # how the checkpoint was chosen: "inner" (an inner split of the training
         # students), "fold" (these very rows), or None (a checkpoint named by hand)
@@ -125,19 +135,59 @@ def run_emulated(output_dir: Path, config: InferConfig) -> dict:
         "device": str(device),
         "torch_threads": torch.get_num_threads(),
     }
-    write_outputs(run_dir, results, table, summary)
-    write_run_record(run_dir, "infer", asdict(config))
+    summary["stream_config"] = _plain(asdict(config.stream))
+    write_outputs(folder, results, table, summary)
+    write_oof(run_dir)
+    append_run_row(output_dir, stream_row(run_dir.name, checkpoint, summary, begin))
+    write_run_record(folder, "infer", asdict(config))
     return summary
 
 
-def write_outputs(run_dir: Path, results: pd.DataFrame, table: pd.DataFrame, summary: dict):
-    with atomic_file(run_dir / "submission.csv") as tmp:
+def _plain(value: object) -> object:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def streamed_already(run_dir: Path, config: InferConfig) -> bool:
+    """Whether fold `config.fold` was streamed with this checkpoint (same weights digest)
+    and these stream settings: `04 --fold all` then keeps its outputs."""
+    path = fold_dir(run_dir, config.fold) / STREAM_SUMMARY
+    if not path.exists() or not (fold_dir(run_dir, config.fold) / STREAM_PREDICTIONS).exists():
+        return False
+    summary = json.loads(path.read_text())
+    checkpoint = read_checkpoint(fold_dir(run_dir, config.fold) / config.checkpoint)
+    same_model = summary.get("checkpoint_digest") == checkpoint.get("model_digest")
+    return same_model and summary.get("stream_config") == _plain(asdict(config.stream))
+
+
+def stream_row(run: str, checkpoint: dict, summary: dict, begin: float) -> dict:
+    """The fold's stream as a row of output/runs.csv."""
+    epoch = checkpoint.get("epoch")
+    history = {r["epoch"]: r for r in checkpoint.get("history", [])}
+    return {
+        "run": run,
+        "stage": "stream",
+        "folds": str(summary["fold"]),
+        "commit": commit(),
+        **config_columns(checkpoint.get("train_config", {})),
+        "epochs": len(history) or None,
+        "batch_size": checkpoint.get("resolved", {}).get("batch_size"),
+        "best_epoch": epoch,
+        "selected_on": summary["checkpoint_selected_on"] or "by hand",
+        "tf_auc": history.get(epoch, {}).get("fold_auc"),
+        "stream_auc": summary["auc"],
+        "rows_per_s": summary["rows_per_s"],
+        "wall_s": time.perf_counter() - begin,
+    }
+
+
+def write_outputs(folder: Path, results: pd.DataFrame, table: pd.DataFrame, summary: dict):
+    with atomic_file(folder / VALIDATION_PREDICTIONS) as tmp:
         results[["row_id", "prediction"]].rename(
             columns={"prediction": "answered_correctly"}
         ).to_csv(tmp, index=False)
-    with atomic_file(run_dir / STREAM_PREDICTIONS) as tmp:
+    with atomic_file(folder / STREAM_PREDICTIONS) as tmp:
         results.to_parquet(tmp, index=False)
-    with atomic_file(run_dir / "stream_metrics.csv") as tmp:
+    with atomic_file(folder / "stream_metrics.csv") as tmp:
         table.to_csv(tmp, index=False)
     lines = ["| slice | rows | AUC | share correct |", "|---|---:|---:|---:|"]
     lines += [
@@ -151,5 +201,5 @@ def write_outputs(run_dir: Path, results: pd.DataFrame, table: pd.DataFrame, sum
         f"({summary['device']}, {summary['torch_threads']} threads); predicting alone "
         f"(without the API's own calls) {summary['predict_rows_per_s']:,.0f} rows/s",
     ]
-    write_text(run_dir / "stream_metrics.md", "\n".join(lines) + "\n")
-    write_json(run_dir / STREAM_SUMMARY, summary)
+    write_text(folder / "stream_metrics.md", "\n".join(lines) + "\n")
+    write_json(folder / STREAM_SUMMARY, summary)

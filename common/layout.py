@@ -1,12 +1,19 @@
 """The output folder's layout, the one place its names are spelled:
 
 <output>/data/               stage 1: arrays/, questions.parquet, lectures.parquet, ...
-<output>/folds/              stage 2: fold{k}.npz and the fold manifest
-<output>/fold{k}/            stages 3 and 4: checkpoints, history.csv, stream predictions
-<output>/full/               03 --full-data: the submission's model, every student trained
-<output>/report.md, report/  stage 5: the report and its figures
-<output>/kaggle/dataset/     the Kaggle dataset 04 exports: code/, the model, state/
-<output>/kaggle/kernel/      the Kaggle notebook that runs it (see common/kaggle_export.py)
+<output>/folds/              stage 2: fold{k}.npz, the fold manifest, row_folds.csv
+<output>/runs.csv            one row per finished stage of every run (common/runs_table.py)
+<output>/runs/NAME/          one experiment (03 --run NAME; see common/runs.py):
+    fold{k}/                 stages 3 and 4: checkpoints, history.csv, config.json,
+                             validation_predictions.csv, stream predictions
+    full/                    03 --full-data: the submission's model, every student trained
+    oof.parquet              04: out-of-fold predictions of every fold streamed so far
+    report.md, report/       stage 5: the report and its figures
+    kaggle/dataset/          the Kaggle dataset 04 exports: code/, the model, state/
+    kaggle/kernel/           the Kaggle notebook that runs it (see common/kaggle_export.py)
+
+Functions that name a run's files take the run's folder (`run_dir(output, name)`); data/
+and folds/ are always read from the output folder itself.
 """
 
 from __future__ import annotations
@@ -18,6 +25,11 @@ ARRAYS_SUBDIR = "arrays"  # inside data/
 FOLDS_SUBDIR = "folds"
 REPORT_SUBDIR = "report"
 FOLD_PREFIX = "fold"  # fold{k}/
+RUNS_SUBDIR = "runs"
+RUNS_TABLE = "runs.csv"  # in the output folder, beside runs/
+OOF_FILE = "oof.parquet"  # in a run's folder: row_id, fold, prediction, label
+ROW_FOLDS = "row_folds.csv"  # in folds/: row_id, fold, role
+REPORT_FILE = "report.md"
 FULL_SUBDIR = "full"
 KAGGLE_SUBDIR = "kaggle"  # 04's export: dataset/ and kernel/ (or --kaggle-dir)
 KAGGLE_DATASET_SUBDIR = "dataset"
@@ -33,6 +45,10 @@ STREAM_SUMMARY = "stream_summary.json"  # the checkpoint, what chose it, the fol
 # checkpoint's teacher-forced predictions of the inner validation split, on which 05
 # chooses the blend's weight
 INNER_PREDICTIONS = "inner_predictions.parquet"
+# in fold{k}/, written by 04: the fold's streamed predictions in the competition's columns
+# (row_id, answered_correctly); only the Kaggle notebook writes a submission.csv
+VALIDATION_PREDICTIONS = "validation_predictions.csv"
+CONFIG_FILE = "config.json"  # in fold{k}/ and full/: the run's config, --config reads it back
 
 
 def data_dir(output_dir: str | Path) -> Path:
@@ -48,39 +64,56 @@ def fold_file(output_dir: str | Path, fold: int) -> Path:
     return folds_dir(output_dir) / f"fold{fold}.npz"
 
 
-def fold_dir(output_dir: str | Path, fold: int) -> Path:
-    """Where stages 3 and 4 write for fold `fold`."""
-    return Path(output_dir) / f"{FOLD_PREFIX}{fold}"
+def runs_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / RUNS_SUBDIR
 
 
-def folds_holding(output_dir: str | Path, name: str) -> list[int]:
-    """The folds k, ascending, whose fold{k}/ holds a file `name` (what stages 3 and 4
-    have written: best.pt, stream_predictions.parquet)."""
+def run_dir(output_dir: str | Path, run: str) -> Path:
+    """The folder of run `run` (checked by common.runs.check_run_name)."""
+    return runs_dir(output_dir) / run
+
+
+def runs_table(output_dir: str | Path) -> Path:
+    return Path(output_dir) / RUNS_TABLE
+
+
+def row_folds_file(output_dir: str | Path) -> Path:
+    return folds_dir(output_dir) / ROW_FOLDS
+
+
+def fold_dir(run_dir: str | Path, fold: int) -> Path:
+    """Where stages 3 and 4 write for fold `fold` of the run in `run_dir`."""
+    return Path(run_dir) / f"{FOLD_PREFIX}{fold}"
+
+
+def folds_holding(run_dir: str | Path, name: str) -> list[int]:
+    """The folds k, ascending, whose fold{k}/ in `run_dir` holds a file `name` (what
+    stages 3 and 4 have written: best.pt, stream_predictions.parquet)."""
     found = []
-    for path in Path(output_dir).glob(f"{FOLD_PREFIX}*/{name}"):
+    for path in Path(run_dir).glob(f"{FOLD_PREFIX}*/{name}"):
         k = path.parent.name[len(FOLD_PREFIX) :]
-        if k.isdigit() and path.parent == fold_dir(output_dir, int(k)):
+        if k.isdigit() and path.parent == fold_dir(run_dir, int(k)):
             found.append(int(k))
     return sorted(found)
 
 
-def full_dir(output_dir: str | Path) -> Path:
+def full_dir(run_dir: str | Path) -> Path:
     """Where 03 --full-data writes the model trained on every student."""
-    return Path(output_dir) / FULL_SUBDIR
+    return Path(run_dir) / FULL_SUBDIR
 
 
-def model_dir(output_dir: str | Path, fold: int, full: bool = False) -> Path:
+def model_dir(run_dir: str | Path, fold: int, full: bool = False) -> Path:
     """The folder of a run's checkpoints: full/ for the full-data model, else fold{k}/."""
-    return full_dir(output_dir) if full else fold_dir(output_dir, fold)
+    return full_dir(run_dir) if full else fold_dir(run_dir, fold)
 
 
-def report_dir(output_dir: str | Path) -> Path:
-    return Path(output_dir) / REPORT_SUBDIR
+def report_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / REPORT_SUBDIR
 
 
-def kaggle_dir(output_dir: str | Path) -> Path:
+def kaggle_dir(run_dir: str | Path) -> Path:
     """04's default export folder (dataset/ and kernel/ inside)."""
-    return Path(output_dir) / KAGGLE_SUBDIR
+    return Path(run_dir) / KAGGLE_SUBDIR
 
 
 def state_dir(bundle: str | Path) -> Path:

@@ -31,9 +31,9 @@ ORACLE = "oracle"
 PREDICTION_COLUMNS = ("row_id", "global_row", "content_id", "answered_correctly", "prediction")
 
 
-def discover_folds(output_dir: Path) -> list[int]:
-    """Fold indices k with output_dir/fold{k}/stream_predictions.parquet, ascending."""
-    return folds_holding(output_dir, STREAM_PREDICTIONS)
+def discover_folds(run_dir: Path) -> list[int]:
+    """Fold indices k with run_dir/fold{k}/stream_predictions.parquet, ascending."""
+    return folds_holding(run_dir, STREAM_PREDICTIONS)
 
 
 def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.ndarray:
@@ -50,6 +50,7 @@ def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.nda
 
 def load_fold_rows(
     output_dir: Path,
+    run_dir: Path,
     fold_index: int,
     data: Dataset,
     baselines: BaselineConfig,
@@ -58,10 +59,10 @@ def load_fold_rows(
 ) -> pd.DataFrame:
     """One fold's streamed question rows with labels from the data arrays, the slice
     keys and the baselines (the boosted-features one unless `features` is None, fitted
-    on the fold's training rows). Raises if the predictions file does not match the
-    fold."""
-    path = fold_dir(output_dir, fold_index) / STREAM_PREDICTIONS
-    summary = stream_summary(output_dir, fold_index)
+    on the fold's training rows); the data and folds from output_dir, the predictions from
+    the run's folder. Raises if the predictions file does not match the fold."""
+    path = fold_dir(run_dir, fold_index) / STREAM_PREDICTIONS
+    summary = stream_summary(run_dir, fold_index)
     check_fold_fingerprint(summary.get("fold_fingerprint"), output_dir, fold_index, str(path))
     predictions = pd.read_parquet(path)
     missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
@@ -151,9 +152,9 @@ def baseline_columns(
     return scores
 
 
-def stream_summary(output_dir: Path, fold_index: int) -> dict:
+def stream_summary(run_dir: Path, fold_index: int) -> dict:
     """04's summary of fold `fold_index`'s stream (checkpoint, its selection, fold)."""
-    path = fold_dir(output_dir, fold_index) / STREAM_SUMMARY
+    path = fold_dir(run_dir, fold_index) / STREAM_SUMMARY
     if not path.exists():
         raise FoldMismatchError(
             f"{path} not found: 04_infer.py writes it beside {STREAM_PREDICTIONS}, with the "

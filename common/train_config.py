@@ -19,7 +19,7 @@ class TrainConfig:
     # the submission's model: README, "Training the submission"
     full_data: bool = option(
         False,
-        "train on every question of every student into output/full/ (no validation, no "
+        "train on every question of every student into the run's full/ (no validation, no "
         "selection: best.pt is the last epoch); --epochs 0 takes the CV folds' median best "
         "epoch",
     )
@@ -58,7 +58,11 @@ class TrainConfig:
     compile: bool = option(
         False, "torch.compile the training model (dynamic shapes; pays off on CUDA)"
     )
-    resume: bool = option(False, "continue from the fold's newest epoch checkpoint")
+    resume: bool = option(
+        False,
+        "continue from the fold's newest epoch checkpoint (same config; a finished fold "
+        "ends at once)",
+    )
     patience: int = option(3, "epochs without a better selection AUC before stopping")
     select_on: str = option(
         "inner",
@@ -119,6 +123,11 @@ def shaping_changes(recorded: dict, config: TrainConfig) -> str:
     return dict_differences({k: recorded.get(k) for k in SHAPING}, {k: current[k] for k in SHAPING})
 
 
+def _default_preset() -> str:
+    features = tuple(ModelConfig().decoder_features)
+    return next((k for k, v in MODEL_PRESETS.items() if tuple(v) == features), "none")
+
+
 def add_train_flags(parser, shorthands=("--model", "--layers"), **options) -> None:
     """TrainConfig's flags (options: as cli.add_config_flags) and the shorthands named:
     --model (a preset of decoder features) and --layers (both sides)."""
@@ -129,7 +138,8 @@ def add_train_flags(parser, shorthands=("--model", "--layers"), **options) -> No
             "--model",
             lambda name: {"model.decoder_features": MODEL_PRESETS[name]},
             choices=sorted(MODEL_PRESETS),
-            help="a preset of decoder features: saint (responses only) or saint+ (elapsed, lag)",
+            help="a preset of decoder features: saint (responses only) or saint+ (elapsed, "
+            f"lag) (default: {_default_preset()})",
         )
     if "--layers" in shorthands:
         cli.add_shorthand(
@@ -138,5 +148,6 @@ def add_train_flags(parser, shorthands=("--model", "--layers"), **options) -> No
             lambda n: {"model.encoder_layers": n, "model.decoder_layers": n},
             type=int,
             metavar="N",
-            help="layers per side (sets --encoder-layers and --decoder-layers)",
+            help="layers per side (sets --encoder-layers and --decoder-layers) (default: "
+            f"{ModelConfig().encoder_layers})",
         )

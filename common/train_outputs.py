@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from common.checkpoint import (
+    CheckpointError,
     check_resumable,
     latest_epoch_checkpoint,
     read_checkpoint,
@@ -25,7 +26,9 @@ from common.checkpoint import (
     set_rng_state,
 )
 from common.files import atomic_file, remove_stale_temp_files, write_json
-from common.layout import INNER_PREDICTIONS
+from common.layout import CONFIG_FILE, INNER_PREDICTIONS
+from common.runs import commit
+from common.runs_table import config_columns
 from common.train_config import shaping_changes
 
 
@@ -88,13 +91,20 @@ class TrainOutputs:
         """Redo what a kill right after the epoch checkpoint may have cut short: best.pt
         (the best epoch's checkpoint holds the same payload), history.csv, config.json."""
         best = self.fold_dir / f"epoch_{self.best_epoch:02d}.pt"
-        if self.best_epoch >= 1 and best.exists():
+        if self.best_epoch >= 1 and best.exists() and not self._best_is(self.best_epoch):
             with atomic_file(self.fold_dir / "best.pt") as tmp:
                 shutil.copyfile(best, tmp)
         history = self.fold_dir / "history.csv"
         rows = len(history.read_text().splitlines()) - 1 if history.exists() else -1
         if rows != len(self.history):
             self._write_epoch(improved=False)
+
+    def _best_is(self, epoch: int) -> bool:
+        """Whether best.pt is whole and holds `epoch` (then a resume leaves it alone)."""
+        try:
+            return read_checkpoint(self.fold_dir / "best.pt", "cpu").get("epoch") == epoch
+        except (OSError, CheckpointError):
+            return False
 
     def resolved(self) -> dict:
         """What the automatic settings (0 in TrainConfig) resolved to for this run."""
@@ -122,11 +132,38 @@ class TrainOutputs:
             writer = csv.DictWriter(f, fieldnames=list(self.history[0]))
             writer.writeheader()
             writer.writerows(self.history)
+        # the TrainConfig's fields at the top (`--config` reads them back); what the run
+        # resolved and where it ran under "recorded", which --config ignores
         write_json(
-            self.fold_dir / "config.json",
-            {
-                "train_config": asdict(self.config),
-                "model_config": self.model_config.to_dict(),
-                "resolved": self.resolved(),
+            self.fold_dir / CONFIG_FILE,
+            asdict(self.config)
+            | {
+                "recorded": {
+                    "run": self.run_dir.name,
+                    "commit": commit(),
+                    "model_config": self.model_config.to_dict(),
+                    "resolved": self.resolved(),
+                }
             },
         )
+
+    def run_row(self, run: str, wall_seconds: float) -> dict:
+        """This training's row of output/runs.csv (common.runs_table)."""
+        full = self.config.full_data
+        best = next((r for r in self.history if r["epoch"] == self.best_epoch), {})
+        rates = [r["interactions_per_s"] for r in self.history[-self.epochs_run :]]
+        return {
+            "run": run,
+            "stage": "train",
+            "folds": "full" if full else str(self.config.fold),
+            "commit": commit(),
+            **config_columns(asdict(self.config)),
+            "epochs": self.epoch,
+            "batch_size": self.batch_size,
+            "best_epoch": self.best_epoch,
+            "selected_on": "last epoch" if full else self.config.select_on,
+            "selection_auc": None if full else self.best_auc,
+            "tf_auc": best.get("fold_auc"),
+            "interactions_per_s": sum(rates) / len(rates) if rates else None,
+            "wall_s": wall_seconds,
+        }

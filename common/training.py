@@ -24,9 +24,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common.checkpoint import (
-    cv_epochs,
-)
+from common import layout
+from common.checkpoint import cv_epochs
 from common.device import Distributed, autocast_dtype, resolve_device
 from common.difficulty import install_difficulty, out_of_fold_buckets
 from common.distill import check_distill_options, distillation_loss, load_teacher
@@ -36,7 +35,10 @@ from common.folds import FoldData, Tails, load_fold_data, load_full_data
 from common.layout import model_dir
 from common.metrics import auc_or_nan, binary_log_loss
 from common.model import SAINT
+from common.oof import write_oof
 from common.predict import predict_tails, to_tensors
+from common.runs import check_run_name, claim_fold_dir, run_name
+from common.runs_table import append_run_row
 from common.tags import install_tags, tag_shape
 from common.train_config import TrainConfig
 from common.train_outputs import TrainOutputs
@@ -75,13 +77,13 @@ class EpochRecord:
 @dataclass
 class Trainer(TrainOutputs):
     config: TrainConfig
-    output_dir: Path
+    run_dir: Path  # output/runs/NAME (layout.run_dir)
     data: FoldData
     device: torch.device
     dist: Distributed = field(default_factory=Distributed)
 
     def __post_init__(self) -> None:
-        self.fold_dir = model_dir(self.output_dir, self.config.fold, self.config.full_data)
+        self.fold_dir = model_dir(self.run_dir, self.config.fold, self.config.full_data)
         self.fold_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(self.config.seed)
         np.random.seed(self.config.seed)
@@ -337,10 +339,24 @@ class Trainer(TrainOutputs):
         )
 
     # -- the loop ----------------------------------------------------------------------
+    def finished(self) -> bool:
+        """All epochs trained, or early stopping's patience ran out."""
+        stopped = self.best_epoch >= 0 and self.epoch - self.best_epoch > self.config.patience
+        return self.epoch >= self.config.epochs or stopped
+
     def fit(self) -> list[dict]:
         config = self.config
-        if config.resume and self.resume() and self.dist.main:
-            print(f"resumed after epoch {self.epoch} (best AUC {self.best_auc:.4f})")
+        self.epochs_run = 0
+        if config.resume and self.resume():
+            if self.finished():  # `--fold all --resume` keeps the folds already done
+                if self.dist.main:
+                    print(
+                        f"{self.fold_dir.name} finished already (epoch {self.epoch}, best epoch "
+                        f"{self.best_epoch}): kept"
+                    )
+                return self.history
+            if self.dist.main:
+                print(f"resumed after epoch {self.epoch} (best AUC {self.best_auc:.4f})")
         if self.dist.main:
             write_run_record(
                 self.fold_dir,
@@ -348,11 +364,10 @@ class Trainer(TrainOutputs):
                 asdict(config) | {"model_config": self.model_config.to_dict()},
             )
             print(self.describe())
-        while self.epoch < config.epochs:
-            if self.best_epoch >= 0 and self.epoch - self.best_epoch > config.patience:
-                break
+        while not self.finished():
             train_loss, rate, train_seconds = self.train_epoch()
             self.epoch += 1
+            self.epochs_run += 1
             inner_loss = inner_auc = fold_loss = fold_auc = math.nan
             inner_probability = None
             valid_seconds = 0.0
@@ -396,9 +411,18 @@ class Trainer(TrainOutputs):
         return self.history
 
 
-def train(config: TrainConfig, output_dir: str | Path) -> list[dict]:
+def train(
+    config: TrainConfig, output_dir: str | Path, run: str | None = None, overwrite: bool = False
+) -> list[dict]:
     """Train fold `config.fold` from `<output_dir>/data` and `<output_dir>/folds`, or
-    (full_data) every student from `<output_dir>/data`."""
+    (full_data) every student from `<output_dir>/data`, into run `run`'s folder
+    (output/runs/RUN/fold{k} or full/; default name: common.runs.run_name). A fold folder
+    holding files is refused unless it holds this config and config.resume is set, or
+    `overwrite` (common.runs.claim_fold_dir). When epochs were trained, one row is
+    appended to output/runs.csv."""
+    begin = time.perf_counter()
+    run = check_run_name(run) if run else run_name(config)
+    run_dir = layout.run_dir(output_dir, run)
     dist_info = Distributed.from_env()
     device = resolve_device(config.device)
     if device.type == "cuda" and dist_info.world > 1:
@@ -406,15 +430,25 @@ def train(config: TrainConfig, output_dir: str | Path) -> list[dict]:
         torch.cuda.set_device(device)
     dist_info.init(device)
     try:
+        if dist_info.main:
+            folder = layout.model_dir(run_dir, config.fold, config.full_data)
+            if claim_fold_dir(folder, config, overwrite=overwrite):
+                print(f"--overwrite: removed {folder}")
+                write_oof(run_dir)  # without the removed fold's predictions
+            print(f"run {run}: {folder}")
+        dist_info.barrier()
         if config.full_data:
             data = load_full_data(output_dir)
             if config.epochs == 0:
-                config = replace(config, epochs=cv_epochs(output_dir, dist_info.main))
+                config = replace(config, epochs=cv_epochs(run_dir, dist_info.main))
         else:
             inner_share = config.inner_share if config.select_on == "inner" else 0.0
             data = load_fold_data(output_dir, config.fold, inner_share, config.seed)
-        trainer = Trainer(config, Path(output_dir), data, device, dist_info)
-        return trainer.fit()
+        trainer = Trainer(config, run_dir, data, device, dist_info)
+        history = trainer.fit()
+        if dist_info.main and trainer.epochs_run:
+            append_run_row(output_dir, trainer.run_row(run, time.perf_counter() - begin))
+        return history
     finally:
         if dist_info.world > 1 and dist.is_initialized():
             dist.destroy_process_group()

@@ -24,6 +24,16 @@ from common.train_config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+RUN = "test"  # the run the tests train (03_train.py --run test)
+
+
+def run_folder(output_dir: Path, run: str = RUN) -> Path:
+    """output_dir/runs/RUN: where 03, 04 and 05 write for the tests' run."""
+    return Path(output_dir) / "runs" / run
+
+
+def fold0(output_dir: Path, run: str = RUN) -> Path:
+    return run_folder(output_dir, run) / "fold0"
 
 
 def shared_file(*parts: str) -> Path:

@@ -47,7 +47,8 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert len(results) == 1, sorted(str(p) for p in work.rglob("*.json"))
     result = json.loads(results[0].read_text())
     # the model's AUC is that of its own streamed predictions of the fold
-    streamed = pd.read_parquet(results[0].parents[1] / "fold0" / "stream_predictions.parquet")
+    fold_dir = results[0].parents[1] / "runs" / "bench" / "fold0"  # benchlib.bench_fold
+    streamed = pd.read_parquet(fold_dir / "stream_predictions.parquet")
     recomputed = roc_auc_score(streamed["answered_correctly"], streamed["prediction"])
     assert result["scores"]["model"]["auc"] == pytest.approx(recomputed, abs=1e-12)
     baselines = ("question rate", "student + question", "boosted features")

@@ -23,7 +23,7 @@ from common.difficulty import (
 from common.features import SEQUENCE_FIELDS, QuestionSequences
 from common.folds import FoldData, load_fold_data
 from common.model import SAINT, ModelConfig
-from tests.helpers import make_tiny_demo
+from tests.helpers import RUN, fold0, make_tiny_demo
 
 
 def sequences_of(students: list[list[tuple[int, int]]]) -> QuestionSequences:
@@ -215,9 +215,11 @@ def test_install_rejects_a_model_without_the_input(fold: FoldData) -> None:
 def test_train_script_with_difficulty_buckets(demo: Path, fold: FoldData, run_script) -> None:
     flags = ("--epochs", 1, "--batch-size", 64, "--warmup", 20, "--d-model", 32, "--heads", 4)
     flags = (*flags, "--layers", 1, "--window", 30, "--no-progress")
-    done = run_script("03_train.py", *flags, "--difficulty-buckets", 10, "--output-dir", demo)
+    done = run_script(
+        "03_train.py", *flags, "--run", RUN, "--difficulty-buckets", 10, "--output-dir", demo
+    )
     assert done.returncode == 0, done.stderr
-    model, checkpoint = load_model(demo / "fold0" / "best.pt")
+    model, checkpoint = load_model(fold0(demo) / "best.pt")
     assert checkpoint["model_config"]["difficulty_buckets"] == 10
     # from the rows it trained on: the fold's training rows but the inner split's
     fit_length = load_fold_data(demo, 0, inner_share=0.1, seed=0).fit_length

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from common.checkpoint import save_checkpoint
 from common.distill import distillation_loss, load_teacher
 from common.model import SAINT, ModelConfig
-from tests.helpers import make_tiny_demo, train_config
+from tests.helpers import RUN, fold0, make_tiny_demo, run_folder, train_config
 
 # 2 students x 3 positions; the last position of student 1 is padding, with logits that
 # would dominate every term if they were counted
@@ -218,10 +218,11 @@ TINY_FLAGS = (*TINY_FLAGS, "--window", 30, "--no-progress")
 @pytest.mark.slow
 def test_train_script_distills_from_a_teacher(tmp_path: Path, run_script) -> None:
     output = make_tiny_demo(tmp_path, users=30)  # 30 students: both runs in ~30 s on CPU
-    done = run_script("03_train.py", *TINY_FLAGS, "--d-model", 32, "--output-dir", output)
+    teacher_run = ("--run", "teacher", "--output-dir", output)
+    done = run_script("03_train.py", *TINY_FLAGS, "--d-model", 32, *teacher_run)
     assert done.returncode == 0, done.stderr
-    teacher_path = tmp_path / "teacher.pt"  # the student's run writes over fold0/
-    shutil.copyfile(output / "fold0" / "best.pt", teacher_path)
+    teacher_path = tmp_path / "teacher.pt"
+    shutil.copyfile(fold0(output, "teacher") / "best.pt", teacher_path)
     teacher_config = torch.load(teacher_path, weights_only=False)["model_config"]
 
     done = run_script(
@@ -237,9 +238,11 @@ def test_train_script_distills_from_a_teacher(tmp_path: Path, run_script) -> Non
         2,
         "--output-dir",
         output,
+        "--run",
+        RUN,
     )
     assert done.returncode == 0, done.stderr
-    checkpoint = torch.load(output / "fold0" / "best.pt", weights_only=False)
+    checkpoint = torch.load(fold0(output) / "best.pt", weights_only=False)
     assert checkpoint["model_config"]["d_model"] == 16
     assert checkpoint["teacher"] == {"path": str(teacher_path), "model_config": teacher_config}
     assert checkpoint["train_config"]["distill_alpha"] == 0.7
@@ -259,13 +262,13 @@ def test_trainer_rejects_an_incompatible_teacher(tmp_path: Path) -> None:
         d_model=16, heads=4, layers=1, window=40, teacher=str(teacher), select_on="fold"
     )
     with pytest.raises(ValueError, match="shorter than the student's 40"):
-        Trainer(config, output, data, torch.device("cpu"))
+        Trainer(config, run_folder(output), data, torch.device("cpu"))
     # a deeper teacher sees further back: the student's sequences carry its context
     trainer = Trainer(
         train_config(
             d_model=16, heads=4, layers=1, window=20, teacher=str(teacher), select_on="fold"
         ),
-        output,
+        run_folder(output),
         data,
         torch.device("cpu"),
     )

@@ -16,7 +16,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from common import blend
+from common import blend, layout
 from common.baselines import (
     question_rates,
     revealed_history,
@@ -45,6 +45,7 @@ from common.metrics import (
     threshold_metrics,
 )
 from common.scored_rows import container_sizes, selection_note
+from tests.helpers import RUN, fold0, run_folder
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -276,7 +277,7 @@ def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int,
     results = env.results()
     student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1
     results["new_student"] = fold.user_cut[student] == 0
-    fold_dir = output_dir / f"fold{fold_index}"
+    fold_dir = layout.fold_dir(run_folder(output_dir), fold_index)
     fold_dir.mkdir(parents=True, exist_ok=True)
     results.to_parquet(fold_dir / "stream_predictions.parquet", index=False)
     summary = {
@@ -337,7 +338,7 @@ def tiny_report(tiny_run: Path, demo_input: Path, run_script) -> tuple[Path, str
 @pytest.mark.slow
 def test_report_has_tables_and_headline(tiny_report):
     output_dir, stdout = tiny_report
-    report = (output_dir / "report.md").read_text()
+    report = (run_folder(output_dir) / "report.md").read_text()
     for heading in ("## Headline", "## Metrics", "## Slices", "## Figures", "## How measured"):
         assert heading in report
     assert report.index("## Headline") < report.index("## Metrics")
@@ -346,7 +347,7 @@ def test_report_has_tables_and_headline(tiny_report):
     assert "Checkpoints: fold 0: - (epoch 3), named by hand; fold 1:" in report
     assert "**Blend AUC" in report and "No blend" not in report
 
-    metrics = pd.read_csv(output_dir / "report" / "metrics.csv")
+    metrics = pd.read_csv(run_folder(output_dir) / "report" / "metrics.csv")
     assert set(metrics["fold"].astype(str)) == {"0", "1", "pooled"}
     assert set(metrics["scorer"]) == {
         "model",
@@ -365,13 +366,13 @@ def test_report_has_tables_and_headline(tiny_report):
     assert pooled.loc["oracle", "auc"] > pooled.loc["question rate", "auc"]
     # the boosted features learn the students: above both simple baselines
     assert pooled.loc["boosted features", "auc"] > pooled.loc["student + question", "auc"]
-    summary = json.loads((output_dir / "report" / "summary.json").read_text())
+    summary = json.loads((run_folder(output_dir) / "report" / "summary.json").read_text())
     assert set(summary["blend"]) == {"0", "1"}
     assert summary["blend_auc"] == pytest.approx(
         pooled.loc["blend: model + boosted features", "auc"]
     )
 
-    slices = pd.read_csv(output_dir / "report" / "slices.csv", keep_default_na=False)
+    slices = pd.read_csv(run_folder(output_dir) / "report" / "slices.csv", keep_default_na=False)
     # new and continuing rows counted from the folds themselves (cut 0: new)
     arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
     expected = {"new": 0, "continuing": 0}
@@ -393,9 +394,9 @@ def test_report_has_tables_and_headline(tiny_report):
 @pytest.mark.slow
 def test_report_figures_are_png(tiny_report):
     output_dir, _ = tiny_report
-    report = (output_dir / "report.md").read_text()
+    report = (run_folder(output_dir) / "report.md").read_text()
     for name in ("roc.png", "reliability.png", "training_curves.png"):
-        path = output_dir / "report" / name
+        path = run_folder(output_dir) / "report" / name
         assert f"](report/{name})" in report
         assert path.read_bytes()[:8] == PNG_SIGNATURE
         image = plt.imread(path)
@@ -406,18 +407,18 @@ def test_report_figures_are_png(tiny_report):
 def test_labels_in_predictions_are_checked(tiny_run: Path, tmp_path: Path):
     output_dir = tmp_path / "output"
     shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
-    path = output_dir / "fold0" / "stream_predictions.parquet"
+    path = fold0(output_dir) / "stream_predictions.parquet"
     predictions = pd.read_parquet(path)
     predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
     predictions.to_parquet(path, index=False)
     config = EvaluateConfig(folds=[0], bootstrap=0, progress=False, feature_baseline=False)
     with pytest.raises(ValueError, match="answered_correctly"):
-        evaluate(output_dir, tmp_path / "no_input", config)
+        evaluate(output_dir, tmp_path / "no_input", config, RUN)
 
     predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
     pd.concat([predictions, predictions.iloc[:1]]).to_parquet(path, index=False)
     with pytest.raises(ValueError, match="once"):
-        evaluate(output_dir, tmp_path / "no_input", config)
+        evaluate(output_dir, tmp_path / "no_input", config, RUN)
 
 
 @pytest.mark.slow
@@ -427,18 +428,18 @@ def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
     output_dir = tmp_path / "output"
     shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
     config = EvaluateConfig(folds=[0], bootstrap=0, progress=False, feature_baseline=False)
-    evaluate(output_dir, tmp_path / "no_input", config)  # the folds it was made with
+    evaluate(output_dir, tmp_path / "no_input", config, RUN)  # the folds it was made with
     old = fold_fingerprint(output_dir, 0)["sha256"]
     kept = tmp_path / "kept_folds"
     shutil.copytree(output_dir / "folds", kept)
     make_folds(output_dir, FoldConfig(n_folds=5, seed=1))
     new = fold_fingerprint(output_dir, 0)["sha256"]
     with pytest.raises(FoldMismatchError, match=f"fingerprint {old}.*fingerprint {new}"):
-        evaluate(output_dir, tmp_path / "no_input", config)
+        evaluate(output_dir, tmp_path / "no_input", config, RUN)
     # the old fold config with another split's cuts (folds of other data, say): refused too
     shutil.copyfile(kept / "folds.json", output_dir / "folds" / "folds.json")
     with pytest.raises(FoldMismatchError, match=f"fingerprint {old}"):
-        evaluate(output_dir, tmp_path / "no_input", config)
+        evaluate(output_dir, tmp_path / "no_input", config, RUN)
 
 
 def test_selection_note_says_what_chose_each_checkpoint():
@@ -486,11 +487,11 @@ def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
 
     monkeypatch.setattr(blend, "fit_feature_baseline", spy)
     choose = lambda epoch: blend.choose_fold_blend(  # noqa: E731
-        tiny_run, 0, data, cut_row, epoch, 20.0, FeatureBaselineConfig(), 0
+        run_folder(tiny_run), 0, data, cut_row, epoch, 20.0, FeatureBaselineConfig(), 0
     )
     choice, reason = choose(3)
     assert reason == "" and choice.inner_rows > 100
-    inner = pd.read_parquet(fold_dir(tiny_run, 0) / INNER_PREDICTIONS)
+    inner = pd.read_parquet(fold_dir(run_folder(tiny_run), 0) / INNER_PREDICTIONS)
     entries = np.searchsorted(data.sequences.row, inner["global_row"].to_numpy())
     train = fitted_on[0]
     assert not train[entries].any()  # the baseline never saw the rows that choose
@@ -507,10 +508,10 @@ def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
     saved = inner.copy()
     try:
         inner["prediction"] = np.random.default_rng(1).uniform(0.01, 0.99, len(inner))
-        inner.to_parquet(fold_dir(tiny_run, 0) / INNER_PREDICTIONS, index=False)
+        inner.to_parquet(fold_dir(run_folder(tiny_run), 0) / INNER_PREDICTIONS, index=False)
         flipped, _ = choose(3)
     finally:
-        saved.to_parquet(fold_dir(tiny_run, 0) / INNER_PREDICTIONS, index=False)
+        saved.to_parquet(fold_dir(run_folder(tiny_run), 0) / INNER_PREDICTIONS, index=False)
     assert flipped.weight < choice.weight
 
     none, reason = choose(4)  # another checkpoint streamed: its weight is unknown

@@ -13,7 +13,14 @@ import pandas as pd
 import pytest
 
 from common.data import TrainArrays, container_starts
-from common.folds import STRATEGIES, Fold, FoldConfig, load_fold_config, make_folds
+from common.folds import (
+    STRATEGIES,
+    Fold,
+    FoldConfig,
+    load_fold_config,
+    make_folds,
+    read_row_folds,
+)
 from common.layout import DATA_SUBDIR, FOLDS_SUBDIR
 
 # One configuration per strategy, sized for the ~49,000-row, 150-student demo.
@@ -88,6 +95,35 @@ def folds_of(demo_output: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(params=STRATEGIES)
 def built(request, folds_of) -> Built:
     return folds_of(request.param)
+
+
+def test_row_folds_csv_lists_each_folds_validation_rows(built: Built) -> None:
+    """folds/row_folds.csv says what the fold files say, by row_id: fold k's validation
+    lines are exactly the rows its stream holds; with folds that share no student (every
+    strategy but virtual-time) one line per row, history lines before a student's cut."""
+    table = read_row_folds(built.output_dir / FOLDS_SUBDIR / "row_folds.csv")
+    row_id = np.asarray(built.arrays["row_id"])
+    valid = table[table["role"] == "validation"]
+    for fold in built.folds:
+        mine = np.sort(valid.loc[valid["fold"] == fold.index, "row_id"].to_numpy())
+        assert np.array_equal(mine, np.sort(row_id[fold.stream_index])), fold.index
+    assert set(table["role"]) <= {"train", "history", "validation"}
+    never = ~np.isin(row_id, valid["row_id"].to_numpy())
+    others = table[table["role"] != "validation"]
+    if built.config.strategy == "virtual-time":  # a row may validate in several folds
+        assert sorted(others["row_id"]) == sorted(row_id[never])
+        assert (others["fold"] == -1).all() and (others["role"] == "train").all()
+        return
+    assert table["row_id"].tolist() == row_id.tolist()  # one line per row, in file order
+    position = built.position()
+    for fold in built.folds:
+        lines = table["fold"].to_numpy() == fold.index
+        student = np.repeat(np.arange(built.arrays.n_students), built.lengths)
+        validating = np.isin(student, np.flatnonzero(fold.user_cut < built.lengths))
+        assert np.array_equal(lines, validating)  # a fold-k student's rows are fold k's
+        history = lines & (position < np.repeat(fold.user_cut, built.lengths))
+        assert np.array_equal(table["role"].to_numpy()[history], ["history"] * history.sum())
+    assert (table.loc[table["fold"] == -1, "role"] == "train").all()
 
 
 def test_each_row_has_one_role_per_fold(built: Built) -> None:

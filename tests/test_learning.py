@@ -17,7 +17,7 @@ from common.evaluate import EvaluateConfig, evaluate
 from common.folds import load_fold_data
 from common.inference import InferConfig, run_emulated
 from common.training import Trainer
-from tests.helpers import make_tiny_demo, train_config
+from tests.helpers import RUN, make_tiny_demo, run_folder, train_config
 
 
 @pytest.fixture(autouse=True)
@@ -37,13 +37,14 @@ def test_a_trained_model_streams_above_the_question_rate(tmp_path: Path) -> None
     )  # fmt: skip
     data = load_fold_data(output, 0, config.inner_share, config.seed)
     with contextlib.redirect_stdout(io.StringIO()):
-        Trainer(config, output, data, torch.device("cpu")).fit()
+        Trainer(config, run_folder(output), data, torch.device("cpu")).fit()
     infer = InferConfig(device="cpu", progress=False)
-    streamed = run_emulated(output, infer)
+    streamed = run_emulated(output, run_folder(output), infer)
     head = evaluate(
         output,
         tmp_path / "no_truth",
         EvaluateConfig(bootstrap=0, progress=False, feature_baseline=False),
+        RUN,
     )
     assert head["auc"] == pytest.approx(streamed["auc"])
     baseline = head["baselines"]["question rate"]

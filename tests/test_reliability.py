@@ -43,14 +43,22 @@ from common.model import SAINT, ModelConfig
 from common.online import OnlineState, Snapshot, StateMemoryError, build_snapshot
 from common.preprocess import PreprocessConfig, preprocess
 from common.training import Trainer
-from tests.helpers import REPO, make_tiny_demo, run_numbered_script, train_config
+from tests.helpers import (
+    REPO,
+    RUN,
+    fold0,
+    make_tiny_demo,
+    run_folder,
+    run_numbered_script,
+    train_config,
+)
 
 CPU = torch.device("cpu")
 # One thread: the same seed then gives bit-identical weights whatever the machine's load.
 CPU_ENV = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 EPOCHS = 3
 TRAIN_FLAGS = [
-    "--fold", "0", "--epochs", str(EPOCHS), "--batch-size", "16", "--warmup", "10",
+    "--run", RUN, "--fold", "0", "--epochs", str(EPOCHS), "--batch-size", "16", "--warmup", "10",
     "--d-model", "16", "--heads", "2", "--layers", "1", "--window", "20",
     "--no-progress", "--seed", "0", "--device", "cpu",
 ]  # fmt: skip
@@ -88,7 +96,7 @@ def fresh_run(demo: Path, dest: Path, fold_dir: Path | None = None) -> Path:
     for name in (DATA_SUBDIR, FOLDS_SUBDIR):
         os.symlink(demo / name, dest / name)
     if fold_dir is not None:
-        shutil.copytree(fold_dir, dest / "fold0")
+        shutil.copytree(fold_dir, fold0(dest))
     return dest
 
 
@@ -111,7 +119,7 @@ def trained(demo, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def streamed(demo, trained, tmp_path_factory) -> Path:
     """A copy of the trained run, streamed through 04_infer.py."""
-    out = fresh_run(demo, tmp_path_factory.mktemp("streamed") / "run", trained / "fold0")
+    out = fresh_run(demo, tmp_path_factory.mktemp("streamed") / "run", fold0(trained))
     done = run("04_infer.py", "--output-dir", out, *INFER_FLAGS)
     assert done.returncode == 0, done.stdout + done.stderr
     return out
@@ -159,7 +167,7 @@ def interrupted(demo, tmp_path_factory) -> dict:
     """03_train.py killed (SIGKILL) in the middle of epoch 2, then run again with --resume.
     Returns the run dir, what the kill left, and the resumed run's output."""
     out = fresh_run(demo, tmp_path_factory.mktemp("interrupted") / "run")
-    fold_dir, log = out / "fold0", out / "train.log"
+    fold_dir, log = fold0(out), out / "train.log"
     with open(log, "w") as sink:
         process = subprocess.Popen(
             [sys.executable, "03_train.py", "--output-dir", str(out), *TRAIN_FLAGS],
@@ -204,7 +212,7 @@ def test_kill_lands_mid_epoch_and_leaves_only_whole_files(interrupted):
 
 @pytest.mark.slow
 def test_resumed_run_ends_with_the_uninterrupted_weights(interrupted, trained):
-    out, reference = interrupted["out"] / "fold0", trained / "fold0"
+    out, reference = fold0(interrupted["out"]), fold0(trained)
     assert "resumed after epoch 1" in interrupted["stdout"]
     assert "epoch 1:" not in interrupted["stdout"]  # epoch 1 was not redone
     for name in (f"epoch_{EPOCHS:02d}.pt", "best.pt"):
@@ -222,7 +230,7 @@ def test_same_seed_same_weights(interrupted, trained):
     """Two processes, one seed: epoch 1 of the interrupted run is the reference's."""
     copy = interrupted["out"] / "epoch_01_at_kill.pt"
     copy.write_bytes(interrupted["left"]["epoch_01"])
-    assert_same_weights(copy, trained / "fold0" / "epoch_01.pt")
+    assert_same_weights(copy, fold0(trained) / "epoch_01.pt")
 
 
 @pytest.mark.slow
@@ -230,17 +238,17 @@ def test_resume_restores_what_a_kill_after_the_checkpoint_cut_short(demo, traine
     """Killed between epoch_02.pt and the files written after it: resume rewrites best.pt
     and history.csv from the checkpoint, and removes the dead process's temp files."""
     out = fresh_run(demo, tmp_path / "run")
-    fold_dir = out / "fold0"
-    fold_dir.mkdir()
+    fold_dir = fold0(out)
+    fold_dir.mkdir(parents=True)
     for name in ("epoch_01.pt", "epoch_02.pt"):
-        shutil.copyfile(trained / "fold0" / name, fold_dir / name)
-    shutil.copyfile(trained / "fold0" / "epoch_01.pt", fold_dir / "best.pt")
+        shutil.copyfile(fold0(trained) / name, fold_dir / name)
+    shutil.copyfile(fold0(trained) / "epoch_01.pt", fold_dir / "best.pt")
     stale = fold_dir / ".epoch_03.pt.tmp-4194305"  # a pid above Linux's largest pid_max
     stale.write_bytes(b"half a checkpoint")
     config = train_config(
         d_model=16, heads=2, layers=1, window=20, epochs=2, progress=False, device="cpu"
     )
-    trainer = Trainer(config, out, load_fold_data(out, 0, config.inner_share), CPU)
+    trainer = Trainer(config, run_folder(out), load_fold_data(out, 0, config.inner_share), CPU)
     assert trainer.resume() and trainer.epoch == 2
     best_epoch = torch.load(fold_dir / "best.pt", weights_only=False)["best_epoch"]
     assert torch.load(fold_dir / "best.pt", weights_only=False)["epoch"] == best_epoch
@@ -284,13 +292,13 @@ RESUME_CASES = [
 @pytest.mark.parametrize("case", RESUME_CASES, ids=repr)
 def test_resume_refuses_a_bad_checkpoint_by_name(case, demo, trained, tmp_path):
     out = fresh_run(demo, tmp_path / "run")
-    (out / "fold0").mkdir()
+    fold0(out).mkdir(parents=True)
     for name in ("epoch_01.pt", "epoch_02.pt"):
-        shutil.copyfile(trained / "fold0" / name, out / "fold0" / name)
-    case.change(out / "fold0")
+        shutil.copyfile(fold0(trained) / name, fold0(out) / name)
+    case.change(fold0(out))
     fields = dict(d_model=16, heads=2, layers=1, window=20, progress=False, device="cpu")
     config = train_config(**(fields | case.config))
-    trainer = Trainer(config, out, load_fold_data(out, 0, config.inner_share), CPU)
+    trainer = Trainer(config, run_folder(out), load_fold_data(out, 0, config.inner_share), CPU)
     with pytest.raises(CheckpointError) as error:
         trainer.resume()
     for part in case.expected:
@@ -352,26 +360,27 @@ def run_folds(work: Path, demo: Path, demo_input: Path) -> Path:
 
 def run_checkpoint(work: Path, demo: Path, demo_input: Path) -> Path:
     model = SAINT(ModelConfig(n_questions=50, d_model=16, n_heads=2, window=20))
-    save_model(work / "fold0" / "epoch_01.pt", model)
-    return work / "fold0"
+    save_model(fold0(work) / "epoch_01.pt", model)
+    return fold0(work)
 
 
 def run_write_outputs(work: Path, demo: Path, streamed: Path) -> Path:
-    source = streamed / "fold0"
+    source = fold0(streamed)
     results = pd.read_parquet(source / "stream_predictions.parquet")
     table = pd.read_csv(source / "stream_metrics.csv")
     summary = json.loads((source / "stream_summary.json").read_text())
-    write_outputs(work / "fold0", results, table, summary)
-    return work / "fold0"
+    write_outputs(fold0(work), results, table, summary)
+    return fold0(work)
 
 
 def run_evaluate(work: Path, demo: Path, streamed: Path) -> Path:
-    if not (work / "fold0").exists():
-        fresh_run(demo, work, streamed / "fold0")
+    if not fold0(work).exists():
+        fresh_run(demo, work, fold0(streamed))
     evaluate(
         work,
         demo.parent / "input",
         EvaluateConfig(bootstrap=0, progress=False, feature_baseline=False),
+        RUN,
     )
     return work
 
@@ -399,10 +408,11 @@ WRITER_CASES = [
     WriterCase("02 folder swap", run_folds, os, "replace", renaming(".folds.tmp-")),
     WriterCase("03 checkpoint", run_checkpoint, torch, "save"),
     WriterCase("03 checkpoint rename", run_checkpoint, os, "replace", renaming(".epoch_01.pt.tmp-")),
-    WriterCase("04 submission.csv", run_write_outputs, pd.DataFrame, "to_csv"),
+    WriterCase("04 validation_predictions.csv", run_write_outputs, pd.DataFrame, "to_csv"),
     WriterCase("04 stream_predictions.parquet", run_write_outputs, pd.DataFrame, "to_parquet"),
     WriterCase("05 figure", run_evaluate, matplotlib.figure.Figure, "savefig"),
     WriterCase("05 report.md", run_evaluate, Path, "write_text", named(".report.md.tmp-")),
+    WriterCase("05 runs.csv row", run_evaluate, os, "replace", renaming(".runs.csv.tmp-")),
 ]
 # fmt: on
 
@@ -531,9 +541,9 @@ INFER_CASES = [
 
 @pytest.mark.parametrize("case", INFER_CASES, ids=repr)
 def test_infer_refuses_bad_input(case, demo, trained, tmp_path, monkeypatch, capsys):
-    out = fresh_run(demo, tmp_path / "run", trained / "fold0")
-    case.change(out / "fold0" / "best.pt")
-    before = sorted(p.name for p in (out / "fold0").iterdir())
+    out = fresh_run(demo, tmp_path / "run", fold0(trained))
+    case.change(fold0(out) / "best.pt")
+    before = sorted(p.name for p in fold0(out).iterdir())
     argv = [
         "04_infer.py",
         "--output-dir",
@@ -549,13 +559,13 @@ def test_infer_refuses_bad_input(case, demo, trained, tmp_path, monkeypatch, cap
     assert message.startswith("error: ") and "\n" not in message, message
     for part in case.expected:
         assert part in message, f"{part!r} not in {message!r}"
-    assert sorted(p.name for p in (out / "fold0").iterdir()) == before, "something was written"
+    assert sorted(p.name for p in fold0(out).iterdir()) == before, "something was written"
 
 
 @pytest.mark.slow
 def test_infer_refusal_from_the_shell_has_no_traceback(demo, trained, tmp_path):
-    out = fresh_run(demo, tmp_path / "run", trained / "fold0")
-    truncate(out / "fold0" / "best.pt")
+    out = fresh_run(demo, tmp_path / "run", fold0(trained))
+    truncate(fold0(out) / "best.pt")
     done = run("04_infer.py", "--output-dir", out, "--no-progress", "--no-export", process=True)
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
@@ -752,21 +762,21 @@ def test_same_input_same_data_and_folds(demo_input, tmp_path):
 
 @pytest.mark.slow
 def test_same_checkpoint_same_predictions(demo, trained, streamed, tmp_path):
-    again = fresh_run(demo, tmp_path / "run", trained / "fold0")
+    again = fresh_run(demo, tmp_path / "run", fold0(trained))
     done = run("04_infer.py", "--output-dir", again, *INFER_FLAGS)
     assert done.returncode == 0, done.stderr
-    for name in ("submission.csv", "stream_predictions.parquet"):
-        assert (again / "fold0" / name).read_bytes() == (streamed / "fold0" / name).read_bytes()
+    for name in ("validation_predictions.csv", "stream_predictions.parquet"):
+        assert (fold0(again) / name).read_bytes() == (fold0(streamed) / name).read_bytes()
 
 
 @pytest.mark.slow
 def test_the_bundle_holds_the_checkpoint_that_was_streamed(demo, trained, tmp_path):
     """04 --checkpoint epoch_NN.pt streams that epoch, and the bundle it exports carries
     that very checkpoint (as <fold>/best.pt), not the fold's best.pt."""
-    best_epoch = torch.load(trained / "fold0" / "best.pt", weights_only=False)["best_epoch"]
+    best_epoch = torch.load(fold0(trained) / "best.pt", weights_only=False)["best_epoch"]
     other = next(e for e in range(1, EPOCHS + 1) if e != best_epoch)
-    streamed_path = trained / "fold0" / f"epoch_{other:02d}.pt"
-    out, bundle = fresh_run(demo, tmp_path / "run", trained / "fold0"), tmp_path / "bundle"
+    streamed_path = fold0(trained) / f"epoch_{other:02d}.pt"
+    out, bundle = fresh_run(demo, tmp_path / "run", fold0(trained)), tmp_path / "bundle"
     flags = ("--checkpoint", streamed_path.name, "--kaggle-dir", bundle)
     done = run("04_infer.py", "--output-dir", out, "--fold", 0, "--no-progress", *flags)
     assert done.returncode == 0, done.stderr
@@ -775,7 +785,7 @@ def test_the_bundle_holds_the_checkpoint_that_was_streamed(demo, trained, tmp_pa
         return torch.load(path, weights_only=False)["model_digest"]
 
     assert digest(bundle / "dataset" / "fold0" / "best.pt") == digest(streamed_path)
-    assert digest(streamed_path) != digest(trained / "fold0" / "best.pt")
+    assert digest(streamed_path) != digest(fold0(trained) / "best.pt")
 
 
 @pytest.mark.slow
@@ -786,9 +796,9 @@ def test_every_stage_records_its_run(demo, streamed, tmp_path):
     records = {
         "01": demo / DATA_SUBDIR / "preprocess_run.json",
         "02": demo / "folds_run.json",
-        "03": streamed / "fold0" / "train_run.json",
-        "04": streamed / "fold0" / "infer_run.json",
-        "05": evaluated / "report" / "evaluate_run.json",
+        "03": fold0(streamed) / "train_run.json",
+        "04": fold0(streamed) / "infer_run.json",
+        "05": run_folder(evaluated) / "report" / "evaluate_run.json",
     }
     for stage, path in records.items():
         record = json.loads(path.read_text())
@@ -796,6 +806,6 @@ def test_every_stage_records_its_run(demo, streamed, tmp_path):
         versions = record["environment"]
         for key in ("python", "numpy", "pandas", "pyarrow", "torch", "device"):
             assert versions.get(key), f"{stage}: no {key} in {path}"
-    summary = json.loads((streamed / "fold0" / "stream_summary.json").read_text())
+    summary = json.loads((fold0(streamed) / "stream_summary.json").read_text())
     state = summary["state_bytes"]
     assert state["total"] == state["student_state"] + state["cache_pool"] > 0

@@ -15,7 +15,7 @@ from common.folds import load_fold_data
 from common.model import SAINT, ModelConfig
 from common.schema import InputError
 from common.tags import install_tags, parse_tags, question_tag_matrix, tag_shape
-from tests.helpers import make_tiny_demo
+from tests.helpers import RUN, fold0, make_tiny_demo
 
 QUESTIONS = pd.DataFrame(
     {
@@ -139,9 +139,11 @@ def test_checkpoint_round_trip_keeps_the_tags(demo: Path, tmp_path: Path) -> Non
 def test_train_and_stream_scripts_with_tags(demo: Path, run_script) -> None:
     flags = ("--epochs", 1, "--batch-size", 64, "--warmup", 20, "--d-model", 32, "--heads", 4)
     flags = (*flags, "--layers", 1, "--window", 30, "--no-progress", "--output-dir", demo)
-    done = run_script("03_train.py", *flags, "--tags", "--question-embedding", "rasch")
+    done = run_script(
+        "03_train.py", *flags, "--run", RUN, "--tags", "--question-embedding", "rasch"
+    )
     assert done.returncode == 0, done.stderr
-    model, checkpoint = load_model(demo / "fold0" / "best.pt")
+    model, checkpoint = load_model(fold0(demo) / "best.pt")
     data = load_fold_data(demo, 0)
     assert checkpoint["model_config"]["n_tags"] == tag_shape(data.questions)[0]
     assert checkpoint["model_config"]["question_embedding"] == "rasch"
@@ -152,4 +154,4 @@ def test_train_and_stream_scripts_with_tags(demo: Path, run_script) -> None:
     assert np.array_equal(model.question_tags.numpy(), expected)
     done = run_script("04_infer.py", "--output-dir", demo, "--no-progress", "--no-export")
     assert done.returncode == 0, done.stderr
-    assert (demo / "fold0" / "submission.csv").exists()
+    assert (fold0(demo) / "validation_predictions.csv").exists()

@@ -20,7 +20,7 @@ from common.metrics import auc_or_nan
 from common.predict import to_tensors
 from common.train_plan import batch_bounds, epoch_spans, micro_batch_groups
 from common.training import Trainer
-from tests.helpers import make_tiny_demo, run_numbered_script, train_config
+from tests.helpers import RUN, fold0, make_tiny_demo, run_folder, run_numbered_script, train_config
 
 TINY = [
     "--batch-size", "32", "--warmup", "10", "--d-model", "16", "--heads", "2",
@@ -44,7 +44,7 @@ def fresh_run(demo: Path, tmp: Path) -> Path:
 
 def train(output_dir: Path, *flags: str, launcher: list[str] | None = None) -> str:
     """03_train.py in this process, or under `launcher` (torchrun) in its own."""
-    args = ["--output-dir", str(output_dir), *TINY, *flags]
+    args = ["--output-dir", str(output_dir), "--run", RUN, *TINY, *flags]
     done = run_numbered_script("03_train.py", *args, launcher=launcher, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
@@ -78,7 +78,7 @@ def test_resume_reads_a_checkpoint_from_before_a_model_option_existed(demo, tmp_
     checkpoints; resuming them must read it as its default, not as a changed config."""
     out = fresh_run(demo, tmp_path)
     train(out, "--epochs", "1")
-    path = out / "fold0" / "epoch_01.pt"
+    path = fold0(out) / "epoch_01.pt"
     checkpoint = torch.load(path, weights_only=False)
     del checkpoint["model_config"]["question_embedding"]
     save_checkpoint(path, checkpoint)
@@ -90,7 +90,7 @@ def test_resume_reads_a_checkpoint_from_before_a_model_option_existed(demo, tmp_
 def test_checkpoints_are_self_describing(demo, tmp_path):
     out = fresh_run(demo, tmp_path)
     printed = train(out, "--epochs", "2")
-    fold_dir = out / "fold0"
+    fold_dir = fold0(out)
     for name in ("epoch_01.pt", "epoch_02.pt", "best.pt", "history.csv", "config.json"):
         assert (fold_dir / name).exists(), name
     assert (fold_dir / "train_run.json").exists()
@@ -141,7 +141,7 @@ def test_early_stopping_after_patience(demo, tmp_path):
     out = fresh_run(demo, tmp_path)
     # lr 0: the validation AUC never improves after epoch 1
     train(out, "--epochs", "6", "--lr", "0", "--patience", "1")
-    history = pd.read_csv(out / "fold0" / "history.csv")
+    history = pd.read_csv(fold0(out) / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3]
 
 
@@ -151,16 +151,18 @@ def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, t
     selection) for the CV folds' median best epoch (--epochs 0), into output/full/, and
     04 --full bundles that checkpoint."""
     out = fresh_run(demo, tmp_path)
-    refused = run_numbered_script("03_train.py", "--output-dir", out, "--full-data", "--epochs", 0)
+    refused = run_numbered_script(
+        "03_train.py", "--output-dir", out, "--run", RUN, "--full-data", "--epochs", 0
+    )
     assert refused.returncode == 2 and "no fold*/best.pt" in refused.stderr
     train(out, "--epochs", "3", "--lr", "0", "--patience", "5")  # lr 0: epoch 1 stays best
-    cv_best = torch.load(out / "fold0" / "best.pt", weights_only=False)["best_epoch"]
+    cv_best = torch.load(fold0(out) / "best.pt", weights_only=False)["best_epoch"]
     assert cv_best == 1
     stdout = train(out, "--full-data", "--epochs", "0")
     assert "epochs from CV: best epochs {'fold0': 1}, median 1" in stdout
     lengths = load_full_data(out).sequences.lengths()
     assert f"full data: {len(lengths):,} students' {lengths.sum():,} questions all train" in stdout
-    full = out / "full"
+    full = run_folder(out) / "full"
     best = torch.load(full / "best.pt", weights_only=False)
     assert best["epoch"] == best["best_epoch"] == 1 and best["fold"] is None
     assert best["fold_fingerprint"] is None
@@ -234,7 +236,8 @@ def test_distributed_training_with_two_processes(demo, tmp_path):
     """torchrun with 2 CPU processes (gloo): trains, and one process writes one set of
     checkpoints."""
     out = fresh_run(demo, tmp_path)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    # "--": torchrun would read the script's --run as an abbreviation of its --run-path
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--"]
     env_threads = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
@@ -244,7 +247,7 @@ def test_distributed_training_with_two_processes(demo, tmp_path):
             os.environ.pop("OMP_NUM_THREADS")
         else:
             os.environ["OMP_NUM_THREADS"] = env_threads
-    fold_dir = out / "fold0"
+    fold_dir = fold0(out)
     written = sorted(p.name for p in fold_dir.glob("*.pt"))
     assert written == ["best.pt", "epoch_01.pt", "epoch_02.pt"]
     assert printed.count("epoch 2:") == 1  # only rank 0 reports
