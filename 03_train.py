@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from common import cli
+from common.device import Distributed
 from common.folds import fold_count
 from common.layout import model_dir, run_dir
 from common.runs import check_run_name, run_name
@@ -38,7 +39,8 @@ def parse_args(argv: list[str] | None):
     )
     add_train_flags(parser)
     cli.fold_list_flag(parser)
-    return cli.parse_config(parser, TrainConfig, argv)
+    note = " (a run's fold{k}/config.json trains that configuration again)"
+    return cli.parse_config(parser, TrainConfig, argv, note)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,14 +53,17 @@ def main(argv: list[str] | None = None) -> int:
         if folds is None:
             n_folds = fold_count(output_dir)
             folds = cli.chosen_folds(config.fold, n_folds)
-        for k in folds:
-            fold_config = replace(config, fold=0 if config.full_data else k)
-            name = name or run_name(fold_config)
-            if len(folds) > 1:
-                print(f"== fold {k} ({folds.index(k) + 1} of {len(folds)})", flush=True)
-            history = train(fold_config, output_dir, name, args.overwrite)
-            where = model_dir(run_dir(output_dir, name), k, config.full_data)
-            report(fold_config, history, where)
+        try:
+            for k in folds:
+                fold_config = replace(config, fold=0 if config.full_data else k)
+                name = name or run_name(fold_config)
+                if len(folds) > 1:
+                    print(f"== fold {k} ({folds.index(k) + 1} of {len(folds)})", flush=True)
+                history = train(fold_config, output_dir, name, args.overwrite)
+                where = model_dir(run_dir(output_dir, name), k, config.full_data)
+                report(fold_config, history, where)
+        finally:
+            Distributed.from_env().close()  # torchrun: one process group for every fold
 
     return cli.guarded(run)
 

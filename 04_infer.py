@@ -26,6 +26,7 @@ from common.folds import fold_count
 from common.inference import InferConfig, run_emulated, streamed_already
 from common.kaggle_export import KaggleIds, export_kaggle
 from common.kaggle_notebook import run_submission
+from common.oof import write_oof
 from common.runs import choose_run
 from common.runs_table import latest_run
 
@@ -119,16 +120,20 @@ def infer(config: InferConfig, args) -> None:
             f"run {run} has no {config.checkpoint} for fold(s) {untrained}: train them "
             f"(03_train.py --run {run} --fold ...) or name the folds to stream"
         )
+    kept = False
     for k in folds:
         fold_config = replace(config, fold=k)
         fold_dir = layout.fold_dir(run_dir, k)
         if len(folds) > 1 and streamed_already(run_dir, fold_config):
             print(f"fold {k}: streamed already with this checkpoint and these settings (kept)")
+            kept = True
             continue
         summary = run_emulated(args.output_dir, run_dir, fold_config)
         print((fold_dir / "stream_metrics.md").read_text())
         print(json.dumps({k: summary[k] for k in ("auc", "rows", "groups", "rows_per_s")}))
         print(f"wrote {fold_dir / layout.VALIDATION_PREDICTIONS}")
+    if kept:  # rebuilt from the folds on disk (a kept fold's rows included)
+        write_oof(run_dir)
     print(f"out-of-fold predictions of run {run}: {run_dir / layout.OOF_FILE}")
     if args.no_export:
         return

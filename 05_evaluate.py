@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = cli.parser(__doc__)
     cli.path_flags(parser, input_help="where demo_truth.csv is read, if any")
     cli.run_flag(
-        parser, "the run under <output-dir>/runs/ (default: the only run, or the latest trained)"
+        parser, "the run under <output-dir>/runs/ (default: the only run, or the latest streamed)"
     )
     parser.add_argument(
         "--runs",
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.runs:
             print(runs_text(args.output_dir))
             return
-        run = choose_run(args.output_dir, args.run, latest_run(args.output_dir))
+        run = choose_run(args.output_dir, args.run, latest_run(args.output_dir, "stream"))
         report(evaluate(args.output_dir, args.input_dir, config, run))
 
     return cli.guarded(body)

@@ -10,7 +10,7 @@ output=output/demo
 python 00_make_demo_input.py --users 2000 --seed 0 --output-dir "$input"
 python 01_preprocess.py --input-dir "$input" --output-dir "$output" --no-progress
 python 02_make_folds.py --output-dir "$output" --n-folds 5 --seed 0
-python 03_train.py --output-dir "$output" --run demo --fold 0 --model saint+ \
+python 03_train.py --output-dir "$output" --run demo --overwrite --fold 0 --model saint+ \
     --d-model 64 --layers 2 --heads 4 --window 100 --dropout 0.1 \
     --batch-size 64 --lr 2e-3 --warmup 100 --epochs 5 --no-progress
 python 04_infer.py --output-dir "$output" --run demo --fold 0 --no-progress

@@ -16,10 +16,12 @@ training run writes is such a file (its "recorded" section is ignored).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import types
 import typing
+from argparse import SUPPRESS
 from collections.abc import Callable
 from dataclasses import MISSING, Field, fields, is_dataclass
 from pathlib import Path
@@ -87,16 +89,20 @@ def add_config_flags(
         text = f.metadata.get("help", "")
         options: dict = {"dest": path, "default": default}
         if kind is bool and not sequence:
+            # the flag that changes the default is shown; its opposite (hidden) undoes a
+            # --config file that set the field
             if default:
                 text = f"{text or f'turn {name} off'} (default: {name} on)"
                 parser.add_argument(
                     f"--no-{name}", action="store_false", help=text.replace("%", "%%"), **options
                 )
+                parser.add_argument(f"--{name}", action="store_true", dest=path, help=SUPPRESS)
             else:
                 text = f"{text} (default: off)".lstrip()
                 parser.add_argument(
                     f"--{name}", action="store_true", help=text.replace("%", "%%"), **options
                 )
+                parser.add_argument(f"--no-{name}", action="store_false", dest=path, help=SUPPRESS)
             continue
         if default is MISSING:
             options.pop("default")
@@ -177,8 +183,15 @@ def _file_value(where: str, value: object, f: Field, annotation: object) -> obje
     items = value if sequence else [value]
     if sequence and not isinstance(value, list | tuple):
         raise ValueError(f"{where}: {value!r}, but the field takes a list")
+    choices = f.metadata.get("choices")
     checked = []
     for item in items:
+        # YAML 1.1 (PyYAML) reads 1e-3 as a string, and off / on as booleans
+        if kind is float and isinstance(item, str):
+            with contextlib.suppress(ValueError):
+                item = float(item)
+        if kind is str and isinstance(item, bool) and {"off", "on"} & set(choices or ()):
+            item = "on" if item else "off"
         fits = {
             bool: isinstance(item, bool),
             int: isinstance(item, int) and not isinstance(item, bool),
@@ -187,7 +200,6 @@ def _file_value(where: str, value: object, f: Field, annotation: object) -> obje
         }.get(kind, True)
         if not fits:
             raise ValueError(f"{where}: {item!r}, but the field takes a {kind.__name__}")
-        choices = f.metadata.get("choices")
         if choices is not None and item not in choices:
             raise ValueError(f"{where}: {item!r} is not one of {', '.join(map(str, choices))}")
         checked.append(kind(item) if kind in (int, float) else item)
@@ -205,6 +217,8 @@ def _file_fields(cls: type, values: dict, where: str, prefix: str = "") -> dict[
             known = ", ".join(sorted(by_name))
             raise ValueError(f"{where}: unknown key {prefix}{key} (keys here: {known})")
         annotation = hints[key]
+        if f.metadata.get("cli", True) is False and not is_dataclass(annotation):
+            continue  # filled from the data (ModelConfig.n_questions...): config.json has them
         if is_dataclass(annotation):
             if not isinstance(value, dict):
                 raise ValueError(f"{where}: {prefix}{key} must be a mapping of its fields")
@@ -239,16 +253,19 @@ def read_config_file(path: str | Path, cls: type) -> dict[str, object]:
     return _file_fields(cls, values, str(path))
 
 
-def parse_config(parser: argparse.ArgumentParser, cls: type, argv: list[str] | None):
+def parse_config(
+    parser: argparse.ArgumentParser, cls: type, argv: list[str] | None, config_note: str = ""
+):
     """(config, args): `--config FILE` read (if given), the flags parsed over it, and
     `cls` built from them; a config file or a config the dataclass refuses (ValueError)
-    ends like a bad flag: usage, the message, exit 2."""
+    ends like a bad flag: usage, the message, exit 2. config_note: added to --config's
+    help."""
     parser.add_argument(
         "--config",
         type=Path,
         metavar="FILE",
-        help="a JSON or YAML file of this script's config fields (a run's config.json "
-        "reproduces it); flags override it (default: none)",
+        help=f"a JSON or YAML file of this script's config fields{config_note}; flags "
+        "override it (default: none)",
     )
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--config", type=Path)
@@ -285,7 +302,7 @@ def fold_spec(text: str) -> str | tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: a fold (3), a list (0,2), a range (0-4) or all"
         ) from None
-    if not folds or min(folds) < 0 or len(set(folds)) != len(folds):
+    if not folds or len(set(folds)) != len(folds):
         raise argparse.ArgumentTypeError(f"{text!r}: folds are distinct, from 0")
     return tuple(folds)
 

@@ -76,8 +76,13 @@ class Distributed:
         )
 
     def init(self, device: torch.device) -> None:
+        """Join the process group (once per process: 03 trains several folds in it)."""
         if self.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+    def close(self) -> None:
+        if self.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -86,6 +91,8 @@ class Distributed:
     def broadcast(self, value: float) -> float:
         if self.world == 1:
             return value
-        tensor = torch.tensor([value], dtype=torch.float64)
+        # NCCL moves CUDA tensors only
+        on = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+        tensor = torch.tensor([value], dtype=torch.float64, device=on)
         dist.broadcast(tensor, 0)
         return float(tensor.item())

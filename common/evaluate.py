@@ -40,7 +40,7 @@ from common.folds import Fold
 from common.layout import REPORT_FILE, REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir, run_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
 from common.options import option, progress_option
-from common.provenance import provenance_markdown, run_provenance
+from common.provenance import epochs_trained, provenance_markdown, run_provenance
 from common.runs import commit
 from common.runs_table import append_run_row, config_columns
 from common.scored_rows import (
@@ -483,22 +483,21 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig, run: str
     text = report_markdown(head, metrics_md, slices_md, links, folds, config, provenance)
     write_text(folder / REPORT_FILE, text)
     write_json(report_dir / "summary.json", head)
-    append_run_row(output_dir, evaluate_row(head, provenance, summaries, begin))
+    append_run_row(output_dir, evaluate_row(folder, head, provenance, summaries, begin))
     write_run_record(report_dir, "evaluate", asdict(config))
     return head
 
 
-def evaluate_row(head: dict, provenance: dict, summaries: dict, begin: float) -> dict:
+def evaluate_row(folder: Path, head: dict, provenance: dict, summaries: dict, begin: float) -> dict:
     """The report as a row of output/runs.csv: the pooled AUC and the fold spread."""
     first = next(iter(provenance["folds"].values()))
-    configs = {k: f["config"] for k, f in provenance["folds"].items()}
     return {
         "run": head["run"],
         "stage": "evaluate",
         "folds": ",".join(map(str, head["folds"])),
         "commit": commit(),
         **(config_columns(first["config"]) if first["config"] else {}),
-        "epochs": ",".join(str(c.get("epochs", "")) for c in configs.values()),
+        "epochs": ",".join(str(epochs_trained(folder, k)) for k in head["folds"]),
         "best_epoch": ",".join(str(s.get("checkpoint_epoch")) for s in summaries.values()),
         "selected_on": ",".join(
             sorted({str(s.get("checkpoint_selected_on") or "by hand") for s in summaries.values()})

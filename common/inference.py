@@ -26,6 +26,7 @@ from common.metrics import slice_table, student_and_part_slices
 from common.online import OnlineState, build_snapshot
 from common.oof import write_oof
 from common.options import option, progress_option
+from common.provenance import epochs_trained
 from common.runs import commit
 from common.runs_table import append_run_row, config_columns
 
@@ -138,7 +139,7 @@ def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
     summary["stream_config"] = _plain(asdict(config.stream))
     write_outputs(folder, results, table, summary)
     write_oof(run_dir)
-    append_run_row(output_dir, stream_row(run_dir.name, checkpoint, summary, begin))
+    append_run_row(output_dir, stream_row(run_dir, checkpoint, summary, begin))
     write_run_record(folder, "infer", asdict(config))
     return summary
 
@@ -155,21 +156,22 @@ def streamed_already(run_dir: Path, config: InferConfig) -> bool:
         return False
     summary = json.loads(path.read_text())
     checkpoint = read_checkpoint(fold_dir(run_dir, config.fold) / config.checkpoint)
-    same_model = summary.get("checkpoint_digest") == checkpoint.get("model_digest")
+    digest = checkpoint.get("model_digest")
+    same_model = digest is not None and summary.get("checkpoint_digest") == digest
     return same_model and summary.get("stream_config") == _plain(asdict(config.stream))
 
 
-def stream_row(run: str, checkpoint: dict, summary: dict, begin: float) -> dict:
+def stream_row(run_dir: Path, checkpoint: dict, summary: dict, begin: float) -> dict:
     """The fold's stream as a row of output/runs.csv."""
     epoch = checkpoint.get("epoch")
     history = {r["epoch"]: r for r in checkpoint.get("history", [])}
     return {
-        "run": run,
+        "run": run_dir.name,
         "stage": "stream",
         "folds": str(summary["fold"]),
         "commit": commit(),
         **config_columns(checkpoint.get("train_config", {})),
-        "epochs": len(history) or None,
+        "epochs": epochs_trained(run_dir, summary["fold"]),
         "batch_size": checkpoint.get("resolved", {}).get("batch_size"),
         "best_epoch": epoch,
         "selected_on": summary["checkpoint_selected_on"] or "by hand",

@@ -9,14 +9,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.files import atomic_file
+from common.files import atomic_file, file_lock
 from common.layout import OOF_FILE, STREAM_PREDICTIONS, fold_dir, folds_holding
 
 COLUMNS = ("row_id", "fold", "prediction", "label")
 
 
 def write_oof(run_dir: str | Path) -> Path:
-    """(Re)write run_dir/oof.parquet from every fold{k}/stream_predictions.parquet."""
+    """(Re)write run_dir/oof.parquet from every fold{k}/stream_predictions.parquet, under a
+    lock on the run's folder (folds streamed side by side each add theirs)."""
+    with file_lock(run_dir):
+        return _write_oof(Path(run_dir))
+
+
+def _write_oof(run_dir: Path) -> Path:
     frames = []
     for k in folds_holding(run_dir, STREAM_PREDICTIONS):
         rows = pd.read_parquet(

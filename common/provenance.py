@@ -15,6 +15,14 @@ from common.runs_table import config_columns
 from common.tables import markdown_table
 
 
+def epochs_trained(run_dir: Path, fold: int) -> int | None:
+    """The fold's epochs so far (its history.csv; best.pt's history ends at its epoch)."""
+    path = fold_dir(run_dir, fold) / "history.csv"
+    if not path.exists():
+        return None
+    return max(0, len(path.read_text().splitlines()) - 1)
+
+
 def _read(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
@@ -65,7 +73,7 @@ def provenance_markdown(provenance: dict) -> str:
         cells += [config.get("epochs", "?"), batch, config.get("select_on", "?")]
         rows.append([str(c) for c in cells])
     lines = [
-        f"Run **{provenance['run']}** (output/runs/{provenance['run']}/).",
+        f"Run **{provenance['run']}** (`runs/{provenance['run']}/` in the output folder).",
         "",
         markdown_table(header, rows),
         "",
@@ -74,10 +82,14 @@ def provenance_markdown(provenance: dict) -> str:
     first = next(iter(folds.values()), None)
     if first is not None:
         same = "every fold" if len(configs) == 1 else f"fold {next(iter(folds))}"
+        for what, key in (("Training", "train_command"), ("Streaming", "infer_command")):
+            commands = {k: _command(f[key]) for k, f in folds.items()}
+            if len(set(commands.values())) == 1:
+                lines.append(f"- {what} command (every fold): {commands[next(iter(folds))]}")
+            else:
+                lines += [f"- {what} command, fold {k}: {c}" for k, c in commands.items()]
         environment = ", ".join(f"{k} {v}" for k, v in sorted(first["environment"].items()))
         lines += [
-            f"- Training command ({same}): {_command(first['train_command'])}",
-            f"- Streaming command: {_command(first['infer_command'])}",
             f"- Environment: {environment or 'not recorded'}",
             "",
             f"<details><summary>Training configuration ({same}: config.json, which "

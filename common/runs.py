@@ -124,7 +124,7 @@ def existing_runs(output_dir: Path) -> list[str]:
 
 def choose_run(output_dir: Path, run: str | None, latest: str | None) -> str:
     """The run 04 or 05 works on: `run` if given; else the only run, or `latest` (the run
-    the runs table names last) among several."""
+    the runs table names last: trained, for 04; streamed, for 05) among several."""
     if run:
         check_run_name(run)
         if not layout.run_dir(output_dir, run).is_dir():

@@ -24,6 +24,10 @@ COLUMNS = (
     "best_epoch", "selected_on", "selection_auc", "tf_auc", "stream_auc",
     "auc_fold_mean", "auc_fold_std", "interactions_per_s", "rows_per_s", "wall_s",
 )  # fmt: skip
+NUMBERS = (
+    "d_model", "heads", "window", "lr", "batch_size", "selection_auc", "tf_auc", "stream_auc",
+    "auc_fold_mean", "auc_fold_std", "interactions_per_s", "rows_per_s", "wall_s",
+)  # fmt: skip
 # what `05 --runs` shows: the columns above but the clock time
 SHOWN = COLUMNS[1:]
 
@@ -76,7 +80,11 @@ def read_runs(output_dir: str | Path) -> pd.DataFrame:
     path = layout.runs_table(output_dir)
     if not path.exists():
         return pd.DataFrame(columns=list(COLUMNS))
-    return pd.read_csv(path, dtype={"folds": str, "commit": str, "run": str})
+    # text as written (a run may be named NA or null); the figures as numbers
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in NUMBERS:
+        table[column] = pd.to_numeric(table[column].replace("", None), errors="coerce")
+    return table
 
 
 def latest_run(output_dir: str | Path, stage: str = "train") -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pandas as pd
@@ -132,11 +132,12 @@ class TrainOutputs:
             writer = csv.DictWriter(f, fieldnames=list(self.history[0]))
             writer.writeheader()
             writer.writerows(self.history)
-        # the TrainConfig's fields at the top (`--config` reads them back); what the run
-        # resolved and where it ran under "recorded", which --config ignores
+        # the TrainConfig's fields at the top (`--config` reads them back; resume off: fed
+        # back, the file starts the configuration, it does not continue a run); what the
+        # run resolved and where it ran under "recorded", which --config ignores
         write_json(
             self.fold_dir / CONFIG_FILE,
-            asdict(self.config)
+            asdict(replace(self.config, resume=False))
             | {
                 "recorded": {
                     "run": self.run_dir.name,

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
@@ -37,7 +36,7 @@ from common.metrics import auc_or_nan, binary_log_loss
 from common.model import SAINT
 from common.oof import write_oof
 from common.predict import predict_tails, to_tensors
-from common.runs import check_run_name, claim_fold_dir, run_name
+from common.runs import RunClashError, check_run_name, claim_fold_dir, run_name
 from common.runs_table import append_run_row
 from common.tags import install_tags, tag_shape
 from common.train_config import TrainConfig
@@ -419,7 +418,8 @@ def train(
     (output/runs/RUN/fold{k} or full/; default name: common.runs.run_name). A fold folder
     holding files is refused unless it holds this config and config.resume is set, or
     `overwrite` (common.runs.claim_fold_dir). When epochs were trained, one row is
-    appended to output/runs.csv."""
+    appended to output/runs.csv. Under torchrun the process group is joined once and
+    kept for the next fold; the caller closes it (Distributed.close)."""
     begin = time.perf_counter()
     run = check_run_name(run) if run else run_name(config)
     run_dir = layout.run_dir(output_dir, run)
@@ -429,26 +429,27 @@ def train(
         device = torch.device("cuda", dist_info.local_rank)
         torch.cuda.set_device(device)
     dist_info.init(device)
-    try:
-        if dist_info.main:
-            folder = layout.model_dir(run_dir, config.fold, config.full_data)
+    refusal = None
+    if dist_info.main:  # the other processes learn rank 0's verdict before going on
+        folder = layout.model_dir(run_dir, config.fold, config.full_data)
+        try:
             if claim_fold_dir(folder, config, overwrite=overwrite):
                 print(f"--overwrite: removed {folder}")
                 write_oof(run_dir)  # without the removed fold's predictions
             print(f"run {run}: {folder}")
-        dist_info.barrier()
-        if config.full_data:
-            data = load_full_data(output_dir)
-            if config.epochs == 0:
-                config = replace(config, epochs=cv_epochs(run_dir, dist_info.main))
-        else:
-            inner_share = config.inner_share if config.select_on == "inner" else 0.0
-            data = load_fold_data(output_dir, config.fold, inner_share, config.seed)
-        trainer = Trainer(config, run_dir, data, device, dist_info)
-        history = trainer.fit()
-        if dist_info.main and trainer.epochs_run:
-            append_run_row(output_dir, trainer.run_row(run, time.perf_counter() - begin))
-        return history
-    finally:
-        if dist_info.world > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+        except RunClashError as error:
+            refusal = error
+    if dist_info.broadcast(0.0 if refusal else 1.0) == 0.0:
+        raise refusal or RunClashError(f"run {run}: rank 0 refused the fold folder")
+    if config.full_data:
+        data = load_full_data(output_dir)
+        if config.epochs == 0:
+            config = replace(config, epochs=cv_epochs(run_dir, dist_info.main))
+    else:
+        inner_share = config.inner_share if config.select_on == "inner" else 0.0
+        data = load_fold_data(output_dir, config.fold, inner_share, config.seed)
+    trainer = Trainer(config, run_dir, data, device, dist_info)
+    history = trainer.fit()
+    if dist_info.main and trainer.epochs_run:
+        append_run_row(output_dir, trainer.run_row(run, time.perf_counter() - begin))
+    return history

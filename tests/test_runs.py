@@ -57,16 +57,28 @@ def test_a_written_config_reads_back_the_same(tmp_path):
     config = train_config(
         d_model=48, heads=4, layers=3, window=40, lr=3e-3, schedule="cosine", tags=True,
         question_embedding="rasch", decoder_features=("elapsed", "answer"), select_on="fold",
-        teacher="t.pt", fold=2, epochs=7,
+        teacher="t.pt", fold=2, epochs=7, progress=False, compile=True,
     )  # fmt: skip
     written = asdict(config) | {"recorded": {"run": "x", "resolved": {"batch_size": 64}}}
     (tmp_path / "config.json").write_text(json.dumps(written))
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(written))))
     for name in ("config.json", "config.yaml"):
         assert parsed(["--config", str(tmp_path / name)]) == config, name
+    # as a person writes YAML: PyYAML reads 3e-3 (no dot) as a string; it is the float
+    (tmp_path / "short.yaml").write_text("lr: 3e-3\namp: off\nmodel:\n  d_model: 48\n")
+    short = parsed(["--config", str(tmp_path / "short.yaml")])
+    assert short.lr == 3e-3 and short.amp == "off" and short.model.d_model == 48
+    # fields the data fills (the question count) are accepted and left to the data
+    filled = written | {"model": written["model"] | {"n_questions": 13523}}
+    (tmp_path / "filled.json").write_text(json.dumps(filled))
+    assert parsed(["--config", str(tmp_path / "filled.json")]) == config
     # flags given beside the file win over it; the rest stays the file's
     changed = parsed(["--config", str(tmp_path / "config.json"), "--lr", "1e-4", "--d-model", "8"])
     assert changed == replace(config, lr=1e-4, model=replace(config.model, d_model=8))
+    # a switch the file turns on, a flag turns off again (and the other way round)
+    switched = parsed(["--config", str(tmp_path / "config.json"), "--no-compile", "--progress"])
+    assert switched.compile is False and switched.progress is True
+    assert parsed(["--config", str(tmp_path / "config.json")]).progress is False
 
 
 @pytest.mark.parametrize(
@@ -109,8 +121,8 @@ def test_every_flag_of_every_script_shows_its_default(monkeypatch):
         monkeypatch.undo()
         parser = captured["parser"]
         for action in parser._actions:
-            if action.dest == "help":
-                continue
+            if action.dest == "help" or action.help == argparse.SUPPRESS:
+                continue  # a switch's hidden opposite (undoes a config file's value)
             assert "default" in (action.help or ""), f"{name} {action.option_strings}"
 
 

@@ -148,7 +148,7 @@ def test_early_stopping_after_patience(demo, tmp_path):
 @pytest.mark.slow
 def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, tmp_path):
     """The submission's model: --full-data trains on every question (no validation, no
-    selection) for the CV folds' median best epoch (--epochs 0), into output/full/, and
+    selection) for the CV folds' median best epoch (--epochs 0), into the run's full/, and
     04 --full bundles that checkpoint."""
     out = fresh_run(demo, tmp_path)
     refused = run_numbered_script(
@@ -233,24 +233,31 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
 
 @pytest.mark.slow
 def test_distributed_training_with_two_processes(demo, tmp_path):
-    """torchrun with 2 CPU processes (gloo): trains, and one process writes one set of
-    checkpoints."""
+    """torchrun with 2 CPU processes (gloo): trains two folds in one process group, one
+    process writes one set of checkpoints and one runs.csv row per fold; a refused fold
+    folder stops both processes with the message (no process left waiting)."""
     out = fresh_run(demo, tmp_path)
     # "--": torchrun would read the script's --run as an abbreviation of its --run-path
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--"]
     env_threads = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        printed = train(out, "--epochs", "2", launcher=launcher)
+        printed = train(out, "--epochs", "2", "--fold", "0,1", launcher=launcher)
+        args = ["--output-dir", out, "--run", RUN, *TINY, "--epochs", "2", "--fold", "1"]
+        refused = run_numbered_script("03_train.py", *args, launcher=launcher, timeout=300)
     finally:
         if env_threads is None:
             os.environ.pop("OMP_NUM_THREADS")
         else:
             os.environ["OMP_NUM_THREADS"] = env_threads
+    assert refused.returncode != 0 and "already holds this config's run" in refused.stderr
+    for k in (0, 1):
+        written = sorted(p.name for p in (run_folder(out) / f"fold{k}").glob("*.pt"))
+        assert written == ["best.pt", "epoch_01.pt", "epoch_02.pt"], k
+    assert printed.count("epoch 2:") == 2  # only rank 0 reports, once per fold
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs["folds"].tolist() == [0, 1] and (runs["stage"] == "train").all()
     fold_dir = fold0(out)
-    written = sorted(p.name for p in fold_dir.glob("*.pt"))
-    assert written == ["best.pt", "epoch_01.pt", "epoch_02.pt"]
-    assert printed.count("epoch 2:") == 1  # only rank 0 reports
     history = pd.read_csv(fold_dir / "history.csv")
     assert history["epoch"].tolist() == [1, 2]
     assert history["inner_auc"].notna().all() and history["fold_auc"].notna().all()
