@@ -182,22 +182,22 @@ def test_runs_table_rows_sort_best_streamed_first(tmp_path):
     rows = [
         {"run": "a", "stage": "train", "folds": "0", "tf_auc": 0.70},
         {"run": "a", "stage": "evaluate", "folds": "0,1", "stream_auc": 0.71},
-        {"run": "b", "stage": "evaluate", "folds": "0,1", "stream_auc": 0.74},
-        {"run": "b", "stage": "stream", "folds": "1", "stream_auc": 0.72},
+        {"run": "NA", "stage": "evaluate", "folds": "0,1", "stream_auc": 0.74},
+        {"run": "NA", "stage": "stream", "folds": "1", "stream_auc": 0.72},
     ]
     for row in rows:
         append_run_row(tmp_path, row)
-    table = read_runs(tmp_path)
-    assert table["run"].tolist() == ["a", "a", "b", "b"]  # appended in order
+    table = read_runs(tmp_path)  # a run may be named NA: read as written
+    assert table["run"].tolist() == ["a", "a", "NA", "NA"]  # appended in order
     assert table["finished"].notna().all()
     ordered = sorted_runs(tmp_path)
     assert list(zip(ordered["run"], ordered["stage"], strict=True)) == [
-        ("b", "evaluate"),
-        ("b", "stream"),
+        ("NA", "evaluate"),
+        ("NA", "stream"),
         ("a", "evaluate"),
         ("a", "train"),  # no streamed AUC: last
     ]
-    assert runs_text(tmp_path).splitlines()[1].split()[:3] == ["b", "evaluate", "0,1"]
+    assert runs_text(tmp_path).splitlines()[1].split()[:3] == ["NA", "evaluate", "0,1"]
     with pytest.raises(ValueError, match=r"not runs\.csv columns"):
         append_run_row(tmp_path, {"run": "c", "auc": 0.9})
     assert len(read_runs(tmp_path)) == 4  # nothing written
