@@ -18,7 +18,7 @@ from common import cli
 from common.device import Distributed
 from common.folds import fold_count
 from common.layout import model_dir, run_dir
-from common.runs import check_run_name, run_name
+from common.runs import run_name
 from common.train_config import TrainConfig, add_train_flags
 from common.training import train
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> None:
         output_dir: Path = args.output_dir
-        name = check_run_name(args.run) if args.run else None
+        name = args.run  # checked by train(); None: named from the config
         folds = [config.fold] if config.full_data else None
         if folds is None:
             n_folds = fold_count(output_dir)

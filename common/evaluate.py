@@ -479,7 +479,7 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig, run: str
     head["selection"] = selection_note(summaries)
     head["report"] = str(folder / REPORT_FILE)
     head["run"] = run
-    provenance = run_provenance(folder, folds)
+    provenance = run_provenance(folder, summaries)
     text = report_markdown(head, metrics_md, slices_md, links, folds, config, provenance)
     write_text(folder / REPORT_FILE, text)
     write_json(report_dir / "summary.json", head)

@@ -86,6 +86,12 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def json_values(value: Any) -> Any:
+    """`value` as JSON reads it back (tuples become lists, sorted keys), so a config from
+    a file and one from flags, or a recorded one and the current one, compare equal."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 

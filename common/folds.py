@@ -243,9 +243,11 @@ def write_row_folds(path: Path, arrays: TrainArrays, folds: list[Fold]) -> None:
     lengths = np.diff(arrays.offsets)
     validating = [f.user_cut < lengths for f in folds]
     one_fold_each = not folds or int(np.sum(validating, axis=0).max(initial=0)) <= 1
-    owner = np.full(arrays.n_students, -1, dtype=np.int16)
+    owner = np.full(arrays.n_students, -1, dtype=np.int16)  # the fold a student validates in
+    owner_cut = np.zeros(arrays.n_students, dtype=np.int64)  # and where, in that fold
     for k, students in enumerate(validating):
         owner[students] = k
+        owner_cut[students] = folds[k].user_cut[students]
     role_names = pa.array(ROLES)
     row_id = np.asarray(arrays["row_id"])
     schema = pa.schema([("row_id", pa.int64()), ("fold", pa.int16()), ("role", pa.string())])
@@ -257,11 +259,7 @@ def write_row_folds(path: Path, arrays: TrainArrays, folds: list[Fold]) -> None:
             student = np.searchsorted(arrays.offsets, rows, side="right") - 1
             within = rows - arrays.offsets[student]
             if one_fold_each:
-                fold = owner[student]
-                cut = np.zeros(len(rows), dtype=np.int64)
-                for k, f in enumerate(folds):
-                    mine = fold == k
-                    cut[mine] = f.user_cut[student[mine]]
+                fold, cut = owner[student], owner_cut[student]
                 role = np.where(fold < 0, 0, np.where(within >= cut, 2, 1)).astype(np.int8)
                 blocks = [(rows, fold, role)]
             else:

@@ -19,7 +19,7 @@ from common.checkpoint import load_model, read_checkpoint
 from common.dataset import Dataset
 from common.device import device_option, resolve_device
 from common.emulator import Emulator, EmulatorConfig
-from common.files import atomic_file, write_json, write_run_record, write_text
+from common.files import atomic_file, json_values, write_json, write_run_record, write_text
 from common.folds import Fold, check_fold_fingerprint, load_fold_data
 from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, VALIDATION_PREDICTIONS, fold_dir
 from common.metrics import slice_table, student_and_part_slices
@@ -136,16 +136,12 @@ def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
         "device": str(device),
         "torch_threads": torch.get_num_threads(),
     }
-    summary["stream_config"] = _plain(asdict(config.stream))
+    summary["stream_config"] = json_values(asdict(config.stream))
     write_outputs(folder, results, table, summary)
     write_oof(run_dir)
     append_run_row(output_dir, stream_row(run_dir, checkpoint, summary, begin))
     write_run_record(folder, "infer", asdict(config))
     return summary
-
-
-def _plain(value: object) -> object:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 def streamed_already(run_dir: Path, config: InferConfig) -> bool:
@@ -158,7 +154,7 @@ def streamed_already(run_dir: Path, config: InferConfig) -> bool:
     checkpoint = read_checkpoint(fold_dir(run_dir, config.fold) / config.checkpoint)
     digest = checkpoint.get("model_digest")
     same_model = digest is not None and summary.get("checkpoint_digest") == digest
-    return same_model and summary.get("stream_config") == _plain(asdict(config.stream))
+    return same_model and summary.get("stream_config") == json_values(asdict(config.stream))
 
 
 def stream_row(run_dir: Path, checkpoint: dict, summary: dict, begin: float) -> dict:

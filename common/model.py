@@ -46,6 +46,12 @@ DECODER_FEATURES = ("elapsed", "lag", "explanation", "answer", "question")
 MODEL_PRESETS = {"saint": (), "saint+": ("elapsed", "lag")}
 
 
+def preset_name(decoder_features) -> str:
+    """The --model preset whose decoder features these are, or 'custom'."""
+    features = tuple(decoder_features)
+    return next((k for k, v in MODEL_PRESETS.items() if tuple(v) == features), "custom")
+
+
 @dataclass
 class ModelConfig:
     # question ids 0..n_questions-1; id n_questions stands for unknown (set from the data)

@@ -9,7 +9,7 @@ import json
 import shlex
 from pathlib import Path
 
-from common.layout import CONFIG_FILE, STREAM_SUMMARY, fold_dir
+from common.layout import CONFIG_FILE, fold_dir
 from common.runs import identity
 from common.runs_table import config_columns
 from common.tables import markdown_table
@@ -27,16 +27,16 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def run_provenance(run_dir: Path, folds: list[int]) -> dict:
-    """Per fold: the training config, the commit that trained it, the commands of 03 and
-    04, the streamed checkpoint and the environment; the run's name."""
+def run_provenance(run_dir: Path, summaries: dict[int, dict]) -> dict:
+    """Per fold (summaries: 04's stream_summary.json of each fold scored): the training
+    config, the commit that trained it, the commands of 03 and 04, the streamed checkpoint
+    and the environment; the run's name."""
     per_fold = {}
-    for k in folds:
+    for k, stream in summaries.items():
         folder = fold_dir(run_dir, k)
         config = _read(folder / CONFIG_FILE)
         recorded = config.pop("recorded", {})
         train_run, infer_run = _read(folder / "train_run.json"), _read(folder / "infer_run.json")
-        stream = _read(folder / STREAM_SUMMARY)
         per_fold[k] = {
             "config": config,
             "commit": recorded.get("commit", "unknown"),

@@ -26,7 +26,8 @@ from pathlib import Path
 from common import layout
 from common.checkpoint import dict_differences
 from common.errors import UserError
-from common.model import MODEL_PRESETS
+from common.files import json_values
+from common.model import preset_name
 from common.train_config import TrainConfig
 
 # fields that do not change what a run computes, or only how far it goes
@@ -50,20 +51,9 @@ def check_run_name(name: str) -> str:
     return name
 
 
-def _plain(value: object) -> object:
-    """`value` as JSON reads it back (tuples become lists), so a config from a file and
-    one from flags compare equal."""
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
 def identity(train_config: dict) -> dict:
     """The fields of a TrainConfig dict that define the experiment (not RUN_CONTROL)."""
-    return _plain({k: v for k, v in train_config.items() if k not in RUN_CONTROL})
-
-
-def preset_name(config: TrainConfig) -> str:
-    features = tuple(config.model.decoder_features)
-    return next((k for k, v in MODEL_PRESETS.items() if tuple(v) == features), "custom")
+    return json_values({k: v for k, v in train_config.items() if k not in RUN_CONTROL})
 
 
 def run_name(config: TrainConfig) -> str:
@@ -71,7 +61,7 @@ def run_name(config: TrainConfig) -> str:
     the config's identity."""
     text = json.dumps(identity(asdict(config)), sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    return f"{preset_name(config)}-d{config.model.d_model}-{digest}"
+    return f"{preset_name(config.model.decoder_features)}-d{config.model.d_model}-{digest}"
 
 
 def recorded_config(folder: Path) -> dict | None:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from common import layout
 from common.files import atomic_file, file_lock
-from common.model import MODEL_PRESETS
+from common.model import preset_name
 
 COLUMNS = (
     "finished", "run", "stage", "folds", "commit",
@@ -36,10 +36,8 @@ def config_columns(train_config: dict) -> dict:
     """The key config fields of a TrainConfig dict (config.json, a checkpoint's
     train_config) as runs.csv columns."""
     model = train_config.get("model", {})
-    features = tuple(model.get("decoder_features", ()))
-    preset = next((k for k, v in MODEL_PRESETS.items() if tuple(v) == features), "custom")
     return {
-        "model": preset,
+        "model": preset_name(model.get("decoder_features", ())),
         "d_model": model.get("d_model"),
         "layers": f"{model.get('encoder_layers')}+{model.get('decoder_layers')}",
         "heads": model.get("n_heads"),

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from common import cli
 from common.checkpoint import dict_differences
 from common.device import device_option
-from common.model import MODEL_PRESETS, ModelConfig
+from common.model import MODEL_PRESETS, ModelConfig, preset_name
 from common.options import option, progress_option
 
 
@@ -123,11 +123,6 @@ def shaping_changes(recorded: dict, config: TrainConfig) -> str:
     return dict_differences({k: recorded.get(k) for k in SHAPING}, {k: current[k] for k in SHAPING})
 
 
-def _default_preset() -> str:
-    features = tuple(ModelConfig().decoder_features)
-    return next((k for k, v in MODEL_PRESETS.items() if tuple(v) == features), "none")
-
-
 def add_train_flags(parser, shorthands=("--model", "--layers"), **options) -> None:
     """TrainConfig's flags (options: as cli.add_config_flags) and the shorthands named:
     --model (a preset of decoder features) and --layers (both sides)."""
@@ -139,7 +134,7 @@ def add_train_flags(parser, shorthands=("--model", "--layers"), **options) -> No
             lambda name: {"model.decoder_features": MODEL_PRESETS[name]},
             choices=sorted(MODEL_PRESETS),
             help="a preset of decoder features: saint (responses only) or saint+ (elapsed, "
-            f"lag) (default: {_default_preset()})",
+            f"lag) (default: {preset_name(ModelConfig().decoder_features)})",
         )
     if "--layers" in shorthands:
         cli.add_shorthand(

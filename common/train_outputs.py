@@ -148,13 +148,13 @@ class TrainOutputs:
             },
         )
 
-    def run_row(self, run: str, wall_seconds: float) -> dict:
+    def run_row(self, wall_seconds: float) -> dict:
         """This training's row of output/runs.csv (common.runs_table)."""
         full = self.config.full_data
         best = next((r for r in self.history if r["epoch"] == self.best_epoch), {})
         rates = [r["interactions_per_s"] for r in self.history[-self.epochs_run :]]
         return {
-            "run": run,
+            "run": self.run_dir.name,
             "stage": "train",
             "folds": "full" if full else str(self.config.fold),
             "commit": commit(),

@@ -451,5 +451,5 @@ def train(
     trainer = Trainer(config, run_dir, data, device, dist_info)
     history = trainer.fit()
     if dist_info.main and trainer.epochs_run:
-        append_run_row(output_dir, trainer.run_row(run, time.perf_counter() - begin))
+        append_run_row(output_dir, trainer.run_row(time.perf_counter() - begin))
     return history
