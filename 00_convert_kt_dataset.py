@@ -1,6 +1,6 @@
 """Convert a public knowledge-tracing dataset (DKVMN 3-line / AKT 4-line files) into
 competition-schema input files: train.csv, questions.csv, lectures.csv, id maps, folds and
-conversion.json (what was filled in). See common/kt_datasets.py.
+conversion.json (what was filled in). See common/inputs/kt_datasets.py.
 
     python 00_convert_kt_dataset.py --dataset assist2009_pid
     python 00_convert_kt_dataset.py --dataset assist2015 --output-dir input/assist2015
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from common import cli
-from common.kt_datasets import (
+from common.inputs.kt_datasets import (
     MULTI_SKILL_MODES,
     PRESETS,
     TIMESTAMP_STEP_MS,
@@ -24,7 +24,7 @@ from common.kt_datasets import (
     convert_dataset,
     preset_config,
 )
-from common.kt_readers import LINE_FORMATS
+from common.inputs.kt_readers import LINE_FORMATS
 
 SHARED_DATA = Path("../shared/data")  # where the shared real data sits beside the checkout
 

@@ -10,8 +10,8 @@ import dataclasses
 import sys
 
 from common import cli
-from common.demo import DemoConfig, make_demo
 from common.files import write_run_record
+from common.inputs.demo import DemoConfig, make_demo
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from common import cli
-from common.preprocess import PreprocessConfig, preprocess
+from common.data.preprocess import PreprocessConfig, preprocess
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,11 @@
-"""Stage 2: split students into cross-validation folds (see common/folds.py)."""
+"""Stage 2: split students into cross-validation folds (see common/data/folds.py)."""
 
 from __future__ import annotations
 
 import sys
 
 from common import cli
-from common.folds import FoldConfig, make_folds
+from common.data.folds import FoldConfig, make_folds
 from common.layout import folds_dir
 
 

@@ -1,5 +1,5 @@
 """Stage 3: train SAINT / SAINT+ on one fold or several, a checkpoint per epoch, into the
-run's folder output/runs/NAME/fold{k}/ (see common/training.py, common/runs.py).
+run's folder output/runs/NAME/fold{k}/ (see common/train/trainer.py, common/runs/folders.py).
 
 python 03_train.py --fold 0 --run base
 python 03_train.py --fold all --run base --resume     (every fold; finished ones are kept)
@@ -15,12 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from common import cli
+from common.data.folds import fold_count
 from common.device import Distributed
-from common.folds import fold_count
 from common.layout import model_dir, run_dir
-from common.runs import run_name
-from common.train_config import TrainConfig, add_train_flags
-from common.training import train
+from common.runs.folders import run_name
+from common.train.config import TrainConfig, add_train_flags
+from common.train.trainer import train
 
 
 def parse_args(argv: list[str] | None):

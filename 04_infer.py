@@ -1,9 +1,9 @@
-"""Stage 4: streaming inference under the competition's API rules (see common/inference.py).
+"""Stage 4: streaming inference under the competition's API rules (see common/stream/inference.py).
 
 Locally it streams fold k's validation rows of a run through an emulator of the
 `riiideducation` API, writes output/runs/NAME/fold{k}/validation_predictions.csv, a metric
 table and the run's oof.parquet, and exports the Kaggle dataset and notebook
-(output/runs/NAME/kaggle/: see common/kaggle_export.py). Where `riiideducation` is
+(output/runs/NAME/kaggle/: see common/stream/kaggle_export.py). Where `riiideducation` is
 importable (or with --competition) it runs the bundle against the real API instead.
 
 python 04_infer.py --run base --fold 0
@@ -21,14 +21,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from common import cli, layout
+from common.data.folds import fold_count
 from common.errors import UserError
-from common.folds import fold_count
-from common.inference import InferConfig, run_emulated, streamed_already
-from common.kaggle_export import KaggleIds, export_kaggle
-from common.kaggle_notebook import run_submission
-from common.oof import write_oof
-from common.runs import choose_run
-from common.runs_table import latest_run
+from common.runs.folders import choose_run
+from common.runs.oof import write_oof
+from common.runs.table import latest_run
+from common.stream.inference import InferConfig, run_emulated, streamed_already
+from common.stream.kaggle_export import KaggleIds, export_kaggle
+from common.stream.kaggle_notebook import run_submission
 
 
 def parse_args(argv: list[str] | None):

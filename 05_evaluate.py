@@ -2,7 +2,7 @@
 rate, student + question, boosted features) and, on demo data, the true probabilities;
 score the model's blend with the boosted features, its weight chosen on the inner split;
 and write the run's report.md (output/runs/NAME/report.md) with tables and figures (see
-common/evaluate.py).
+common/report/evaluate.py).
 
 python 05_evaluate.py --run base       (the folds of run base streamed so far)
 python 05_evaluate.py --runs           (the table of runs, output/runs.csv, best first)
@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 
 from common import cli
-from common.evaluate import EvaluateConfig, evaluate
-from common.runs import choose_run
-from common.runs_table import latest_run, runs_text
+from common.report.evaluate import EvaluateConfig, evaluate
+from common.runs.folders import choose_run
+from common.runs.table import latest_run, runs_text
 
 
 def main(argv: list[str] | None = None) -> int:

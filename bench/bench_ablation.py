@@ -39,10 +39,10 @@ from benchlib import (
 )
 
 from common import layout
-from common.baselines import BaselineConfig, baseline_scores
-from common.dataset import Dataset
-from common.folds import Fold, load_fold_data
+from common.data.dataset import Dataset
+from common.data.folds import Fold, load_fold_data
 from common.metrics import auc_or_nan
+from common.report.baselines import BaselineConfig, baseline_scores
 from common.tables import markdown_table
 
 SMALL = ["--d-model", "64", "--layers", "2", "--heads", "4"]

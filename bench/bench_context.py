@@ -46,12 +46,12 @@ from benchlib import (
     script,
 )
 
-from common.checkpoint import load_model
-from common.features import window_inputs
+from common.data.features import window_inputs
+from common.data.folds import FoldData, load_fold_data
 from common.files import write_json
-from common.folds import FoldData, load_fold_data
 from common.metrics import auc_or_nan
-from common.predict import to_tensors
+from common.model.checkpoint import load_model
+from common.model.predict import to_tensors
 from common.tables import markdown_table
 
 WINDOWS = {32: ("--d-model", "32"), 100: ("--d-model", "64")}

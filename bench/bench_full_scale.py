@@ -6,7 +6,7 @@ its peak memory measured in a fresh process, against the targets.
     python bench/bench_full_scale.py --skip generate,preprocess,folds   # reuse the work folder
 
 Stages (bench/rehearsal.py; the report: bench/rehearsal_report.py): the demo in parallel
-chunks (common/demo_parallel.py), 01, 02 (one virtual-time fold: its tail is the Kaggle-like
+chunks (common/inputs/demo_parallel.py), 01, 02 (one virtual-time fold: its tail is the Kaggle-like
 stream), 03's training steps at the reference size (d256, 2+2 layers, batch 512) on its own
 data path, 03's batch builder alone, 04 on the first --stream-rows question rows of the
 stream (the emulated API; then its Kaggle path with the bundle's snapshot of every student)

@@ -54,14 +54,14 @@ import pandas as pd
 from benchlib import BENCH_RUN, bench_fold, bench_run, flags, link_data, relative, run, script
 
 from common.cli import config_from_args, to_argv
-from common.dataset import Dataset
-from common.evaluate import EvaluateConfig
+from common.data.dataset import Dataset
+from common.data.folds import Fold
 from common.files import environment, file_lock, write_json, write_text
-from common.folds import Fold
-from common.kt_datasets import MULTI_SKILL_MODES, PRESETS
+from common.inputs.kt_datasets import MULTI_SKILL_MODES, PRESETS
 from common.metrics import score_metrics
-from common.scored_rows import baseline_columns, streamed_entries
-from common.train_config import TrainConfig, add_train_flags
+from common.report.evaluate import EvaluateConfig
+from common.report.scored_rows import baseline_columns, streamed_entries
+from common.train.config import TrainConfig, add_train_flags
 
 # 03_train.py flags of each model name: the papers' SAINT and SAINT+, and extensions:
 # "-tags" adds the mean embedding of the question's skills to the encoder (--tags);
@@ -123,7 +123,7 @@ BENCH_DEFAULTS = {
 class DatasetPlan:
     """How one dataset is converted and split."""
 
-    preset: str  # a PRESETS name of common/kt_datasets.py
+    preset: str  # a PRESETS name of common/inputs/kt_datasets.py
     split: str  # short name of the split, part of the work directory's name
     fold_flags: tuple[str, ...]  # 02_make_folds.py flags
     n_folds: int

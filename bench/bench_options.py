@@ -34,8 +34,8 @@ from benchlib import (
     script,
 )
 
-from common.blend import BLEND
-from common.feature_baseline import FEATURE_BASELINE
+from common.report.blend import BLEND
+from common.report.feature_baseline import FEATURE_BASELINE
 from common.tables import markdown_table
 
 DEMO_USERS, DEMO_SEED = 2000, 0

@@ -42,7 +42,7 @@ from benchlib import (
     with_peak_rss,
 )
 
-from common.preprocess import PreprocessConfig
+from common.data.preprocess import PreprocessConfig
 
 REAL_ROWS = 101_230_332  # rows of the competition's train.csv
 REAL_STUDENTS = 393_656  # students in it
@@ -227,7 +227,7 @@ def projection(say: Report, increasing: list[Run], not_increasing: list[Run]) ->
     say("  from streaming were returned to the OS first.")
     say(f"  time: {REAL_ROWS / biggest.rows_per_s:.0f} s at the largest run's end-to-end rate")
     say(f"  ({biggest.rows_per_s:,.0f} rows/s).")
-    say("What grows with rows, and what does not (common/preprocess.py):")
+    say("What grows with rows, and what does not (common/data/preprocess.py):")
     say("  - pyarrow's readahead: with the file until it reaches the cap, then flat.")
     say("  - per-block buffers (parsed columns, null masks, checks, the parquet batch,")
     say("    one block queued by the prefetch thread): fixed by block_size.")

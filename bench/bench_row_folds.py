@@ -1,4 +1,4 @@
-"""What 02's folds/row_folds.csv costs at Riiid's size: common.folds.write_row_folds over
+"""What 02's folds/row_folds.csv costs at Riiid's size: common.data.folds.write_row_folds over
 a synthetic layout of the real train.csv's shape (101,230,332 rows, 393,656 students,
 rows spread at random over the students; 5 user folds, each student in one, cut at a
 random row), written to a temporary folder. Prints the wall time, the file's size and the
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 from benchlib import Report, peak_gb, results_flag
 
-from common.data import TrainArrays
-from common.folds import Fold, write_row_folds
+from common.data.arrays import TrainArrays
+from common.data.folds import Fold, write_row_folds
 
 ROWS, STUDENTS, FOLDS = 101_230_332, 393_656, 5
 

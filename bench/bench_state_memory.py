@@ -1,6 +1,6 @@
 """Peak memory of the Kaggle notebook's online state at Riiid's size, on the CPU: a snapshot
 of 393,656 students (synthetic histories of Riiid's mean length) filled under the notebook's
-default budget (common.kaggle_notebook.COMPETITION_STATE_GB) for the reference model (d256,
+default budget (common.stream.kaggle_notebook.COMPETITION_STATE_GB) for the reference model (d256,
 2+2 layers), then a group with a new student, then groups of students until the cache pool
 is full. Each phase prints the process's peak RSS so far.
 
@@ -20,9 +20,9 @@ import pandas as pd
 import torch
 from benchlib import Report, peak_gb, results_flag
 
-from common.kaggle_notebook import COMPETITION_STATE_GB
-from common.model import SAINT, ModelConfig
-from common.online import FIELD_DTYPES, OnlineState, Snapshot
+from common.model.saint import SAINT, ModelConfig
+from common.stream.kaggle_notebook import COMPETITION_STATE_GB
+from common.stream.online import FIELD_DTYPES, OnlineState, Snapshot
 
 STUDENTS, QUESTIONS = 393_656, 13_523
 

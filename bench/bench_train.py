@@ -26,12 +26,12 @@ import torch
 from benchlib import REPO, WORK, Report, results_flag
 from torch.utils.flop_counter import FlopCounterMode
 
-from common.folds import load_fold_data
-from common.model import ModelConfig
-from common.predict import to_tensors
+from common.data.folds import load_fold_data
+from common.model.predict import to_tensors
+from common.model.saint import ModelConfig
 from common.tables import markdown_table
-from common.train_config import TrainConfig
-from common.training import Trainer
+from common.train.config import TrainConfig
+from common.train.trainer import Trainer
 
 
 def reference(**model) -> ModelConfig:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 from benchlib import bench_run, relative, shown
 
-from common.baselines import BASELINE_NAMES
-from common.blend import BLEND
-from common.feature_baseline import FEATURE_BASELINE
+from common.report.baselines import BASELINE_NAMES
+from common.report.blend import BLEND
+from common.report.feature_baseline import FEATURE_BASELINE
 from common.tables import markdown_table
 
 BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)
@@ -180,10 +180,11 @@ def protocol_notes(ctx: Context, plans: list[DatasetPlan]) -> str:
         "assist2015's questions are its skills, so tags add nothing there.",
         "- Baselines are 05_evaluate.py's: each question's correct rate on the fold's training "
         "rows, that combined with the student's running correct rate, and boosted features "
-        "(scikit-learn's histogram gradient boosting over common/past_features.py's past-event "
-        "features, fitted on the fold's training rows). Their rows come from the `baselines` "
-        "runs (no model) where they exist. A model's blend row: its logit blend with the "
-        "boosted features, the weight chosen on the fold's inner split (03 --select-on inner).",
+        "(scikit-learn's histogram gradient boosting over common/data/past_features.py's "
+        "past-event features, fitted on the fold's training rows). Their rows come from the "
+        "`baselines` runs (no model) where they exist. A model's blend row: its logit blend "
+        "with the boosted features, the weight chosen on the fold's inner split "
+        "(03 --select-on inner).",
     ]
     if ctx.args.slice_students:
         lines.append(

@@ -43,15 +43,15 @@ from rehearsal_stream import (
     prepare_stream,
 )
 
-from common.demo_parallel import make_demo_parallel, riiid_config
+from common.data.folds import load_fold_data
+from common.data.schema import QUESTION
 from common.files import write_json
-from common.folds import load_fold_data
+from common.inputs.demo_parallel import make_demo_parallel, riiid_config
 from common.layout import FOLDS_SUBDIR
-from common.model import ModelConfig
-from common.predict import to_tensors
-from common.schema import QUESTION
-from common.train_config import TrainConfig
-from common.training import Trainer
+from common.model.predict import to_tensors
+from common.model.saint import ModelConfig
+from common.train.config import TrainConfig
+from common.train.trainer import Trainer
 
 HERE = Path(__file__).resolve()
 
@@ -218,11 +218,11 @@ def stage_batches(args: argparse.Namespace) -> dict:
 # where 04's time goes: (file, function) whose cumulative time is a share of the loop's;
 # the parts nest (the model runs inside the state's predict, builds inside its forward)
 PROFILED = {
-    "OnlineState.predict (a group's whole work)": ("common/online.py", "predict"),
-    "  cache builds (_build: last 400 questions)": ("common/online.py", "_build"),
-    "  model forward (builds and steps)": ("common/model.py", "forward"),
-    "  features (step_inputs)": ("common/features.py", "step_inputs"),
-    "API emulator (iter_test)": ("common/emulator.py", "iter_test"),
+    "OnlineState.predict (a group's whole work)": ("common/stream/online.py", "predict"),
+    "  cache builds (_build: last 400 questions)": ("common/stream/online.py", "_build"),
+    "  model forward (builds and steps)": ("common/model/saint.py", "forward"),
+    "  features (step_inputs)": ("common/data/features.py", "step_inputs"),
+    "API emulator (iter_test)": ("common/stream/emulator.py", "iter_test"),
 }
 
 

@@ -13,13 +13,13 @@ import numpy as np
 import torch
 from benchlib import REPO, bench_fold
 
-from common.checkpoint import save_model
-from common.data import TrainArrays, load_questions
-from common.emulator import stream_frame
-from common.folds import Fold, fold_fingerprint
+from common.data.arrays import TrainArrays, load_questions
+from common.data.folds import Fold, fold_fingerprint
+from common.data.schema import QUESTION
 from common.layout import FOLDS_SUBDIR
-from common.model import SAINT, ModelConfig
-from common.schema import QUESTION
+from common.model.checkpoint import save_model
+from common.model.saint import SAINT, ModelConfig
+from common.stream.emulator import stream_frame
 
 HERE = Path(__file__).resolve()
 REFERENCE = dict(d_model=256, n_heads=8, encoder_layers=2, decoder_layers=2, window=100)
@@ -69,7 +69,7 @@ def prepare_stream(prep: Path, out: Path, max_rows: int | None, seed: int = 0) -
     )
     stream_frame(arrays, index[:cut]).to_parquet(out / "stream.parquet", index=False)
     torch.manual_seed(seed)
-    # as common.dataset.Dataset.n_questions: ids 0..max, the model's unknown id after them
+    # as common.data.dataset.Dataset.n_questions: ids 0..max, the model's unknown id after them
     n_questions = int(load_questions(prep / "data")["question_id"].max()) + 1
     config = ModelConfig(n_questions=n_questions, **REFERENCE)
     model = SAINT(config)
@@ -97,7 +97,7 @@ import sys
 
 import pandas as pd
 
-from common.emulator import Emulator, EmulatorConfig
+from common.stream.emulator import Emulator, EmulatorConfig
 
 sys.path.insert(0, os.environ["REHEARSAL_BENCH"])
 from rehearsal_measure import Counters  # noqa: E402

@@ -38,7 +38,7 @@ def native_bf16(device: torch.device) -> bool:
 
 def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for --amp: auto is off on CPU, bf16 where the GPU computes it
-    natively, fp16 (with a gradient scaler, see common/training.py) on older GPUs; bf16
+    natively, fp16 (with a gradient scaler, see common/train/trainer.py) on older GPUs; bf16
     asked for on a GPU without it is refused rather than emulated."""
     if amp not in ("auto", "bf16", "fp16", "off"):
         raise ValueError(f"--amp must be auto, bf16, fp16 or off, got {amp!r}")

@@ -2,15 +2,15 @@
 
 <output>/data/               stage 1: arrays/, questions.parquet, lectures.parquet, ...
 <output>/folds/              stage 2: fold{k}.npz, the fold manifest, row_folds.csv
-<output>/runs.csv            one row per finished stage of every run (common/runs_table.py)
-<output>/runs/NAME/          one experiment (03 --run NAME; see common/runs.py):
+<output>/runs.csv            one row per finished stage of every run (common/runs/table.py)
+<output>/runs/NAME/          one experiment (03 --run NAME; see common/runs/folders.py):
     fold{k}/                 stages 3 and 4: checkpoints, history.csv, config.json,
                              validation_predictions.csv, stream predictions
     full/                    03 --full-data: the submission's model, every student trained
     oof.parquet              04: out-of-fold predictions of every fold streamed so far
     report.md, report/       stage 5: the report and its figures
     kaggle/dataset/          the Kaggle dataset 04 exports: code/, the model, state/
-    kaggle/kernel/           the Kaggle notebook that runs it (see common/kaggle_export.py)
+    kaggle/kernel/           the Kaggle notebook that runs it (see common/stream/kaggle_export.py)
 
 Functions that name a run's files take the run's folder (`run_dir(output, name)`); data/
 and folds/ are always read from the output folder itself.
@@ -69,7 +69,7 @@ def runs_dir(output_dir: str | Path) -> Path:
 
 
 def run_dir(output_dir: str | Path, run: str) -> Path:
-    """The folder of run `run` (checked by common.runs.check_run_name)."""
+    """The folder of run `run` (checked by common.runs.folders.check_run_name)."""
     return runs_dir(output_dir) / run
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.demo import make_demo
-from common.preprocess import PreprocessConfig, preprocess
+from common.data.preprocess import PreprocessConfig, preprocess
+from common.inputs.demo import make_demo
 from tests.helpers import run_numbered_script, tiny_demo_config
 
 REPO = Path(__file__).resolve().parents[1]

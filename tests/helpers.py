@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from common.data import TrainArrays, load_questions, question_parts
-from common.demo import DemoConfig, make_demo
-from common.folds import FoldConfig, make_folds
+from common.data.arrays import TrainArrays, load_questions, question_parts
+from common.data.folds import FoldConfig, make_folds
+from common.data.preprocess import PreprocessConfig, preprocess
+from common.inputs.demo import DemoConfig, make_demo
 from common.layout import DATA_SUBDIR
-from common.model import MODEL_PRESETS, ModelConfig
-from common.preprocess import PreprocessConfig, preprocess
-from common.train_config import TrainConfig
+from common.model.saint import MODEL_PRESETS, ModelConfig
+from common.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

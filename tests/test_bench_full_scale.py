@@ -1,4 +1,4 @@
-"""The Riiid-size rehearsal: its parallel demo generator (common/demo_parallel.py) and one
+"""The Riiid-size rehearsal: its parallel demo generator (common/inputs/demo_parallel.py) and one
 run of bench/bench_full_scale.py at a tiny scale, whose results file must hold every
 stage's figures."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.demo_parallel import make_demo_parallel, riiid_config
+from common.inputs.demo_parallel import make_demo_parallel, riiid_config
 from tests.helpers import REPO
 
 BENCH = REPO / "bench" / "bench_full_scale.py"

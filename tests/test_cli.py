@@ -10,13 +10,13 @@ import dataclasses
 import pytest
 
 from common import cli
+from common.data.folds import FoldConfig
+from common.data.preprocess import PreprocessConfig
 from common.errors import UserError
-from common.evaluate import EvaluateConfig
-from common.folds import FoldConfig
-from common.inference import InferConfig
-from common.model import MODEL_PRESETS, ModelConfig
-from common.preprocess import PreprocessConfig
-from common.train_config import TrainConfig, add_train_flags
+from common.model.saint import MODEL_PRESETS, ModelConfig
+from common.report.evaluate import EvaluateConfig
+from common.stream.inference import InferConfig
+from common.train.config import TrainConfig, add_train_flags
 from tests.helpers import run_numbered_script
 
 

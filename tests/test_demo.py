@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.demo import OUTPUT_FILES, DemoConfig, generate_demo, make_demo
-from common.demo_items import ItemBank, make_item_bank
-from common.demo_students import _Simulation
-from common.schema import LECTURES_DTYPES, QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES
+from common.data.schema import LECTURES_DTYPES, QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES
+from common.inputs.demo import OUTPUT_FILES, DemoConfig, generate_demo, make_demo
+from common.inputs.demo_items import ItemBank, make_item_bank
+from common.inputs.demo_students import _Simulation
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO.parent / "shared" / "data"

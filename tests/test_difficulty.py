@@ -1,4 +1,4 @@
-"""Question difficulty (common/difficulty.py): training rows only, smoothing, buckets,
+"""Question difficulty (common/model/difficulty.py): training rows only, smoothing, buckets,
 out-of-fold buckets for the training rows, the buffer in the checkpoint, and
 03_train.py with --difficulty-buckets."""
 
@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from common.checkpoint import load_model, save_checkpoint
-from common.difficulty import (
+from common.data.features import SEQUENCE_FIELDS, QuestionSequences
+from common.data.folds import FoldData, load_fold_data
+from common.model.checkpoint import load_model, save_checkpoint
+from common.model.difficulty import (
     DIFFICULTY_SMOOTHING,
     OUT_OF_FOLD_GROUPS,
     install_difficulty,
@@ -20,9 +22,7 @@ from common.difficulty import (
     question_difficulty_buckets,
     smoothed_correct_rate,
 )
-from common.features import SEQUENCE_FIELDS, QuestionSequences
-from common.folds import FoldData, load_fold_data
-from common.model import SAINT, ModelConfig
+from common.model.saint import SAINT, ModelConfig
 from tests.helpers import RUN, fold0, make_tiny_demo
 
 

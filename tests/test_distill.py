@@ -1,4 +1,4 @@
-"""Knowledge distillation (common/distill.py): the loss against hand-computed values, the
+"""Knowledge distillation (common/model/distill.py): the loss against hand-computed values, the
 teacher's loading and compatibility checks, and 03_train.py with --teacher."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.checkpoint import save_checkpoint
-from common.distill import distillation_loss, load_teacher
-from common.model import SAINT, ModelConfig
+from common.model.checkpoint import save_checkpoint
+from common.model.distill import distillation_loss, load_teacher
+from common.model.saint import SAINT, ModelConfig
 from tests.helpers import RUN, fold0, make_tiny_demo, run_folder, train_config
 
 # 2 students x 3 positions; the last position of student 1 is padding, with logits that
@@ -148,7 +148,7 @@ def small_config(**overrides) -> ModelConfig:
     return ModelConfig(**values)
 
 
-FOLDS = {"fold": 0, "sha256": "0123456789abcdef"}  # a fold fingerprint (common.folds)
+FOLDS = {"fold": 0, "sha256": "0123456789abcdef"}  # a fold fingerprint (common.data.folds)
 
 
 def write_teacher(path: Path, config: ModelConfig, fingerprint: dict | None = None) -> Path:
@@ -251,8 +251,8 @@ def test_train_script_distills_from_a_teacher(tmp_path: Path, run_script) -> Non
 
 
 def test_trainer_rejects_an_incompatible_teacher(tmp_path: Path) -> None:
-    from common.folds import load_fold_data
-    from common.training import Trainer
+    from common.data.folds import load_fold_data
+    from common.train.trainer import Trainer
 
     output = make_tiny_demo(tmp_path, users=30)
     data = load_fold_data(output, 0)

@@ -16,20 +16,11 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from common import blend, layout
-from common.baselines import (
-    question_rates,
-    revealed_history,
-    student_question_blend,
-    training_entries,
-)
-from common.data import TrainArrays
-from common.dataset import Dataset
-from common.emulator import Emulator
-from common.evaluate import EvaluateConfig, evaluate, slice_table
-from common.feature_baseline import FeatureBaselineConfig
-from common.features import build_sequences
-from common.folds import (
+from common import layout
+from common.data.arrays import TrainArrays
+from common.data.dataset import Dataset
+from common.data.features import build_sequences
+from common.data.folds import (
     Fold,
     FoldConfig,
     FoldMismatchError,
@@ -37,6 +28,7 @@ from common.folds import (
     load_fold_data,
     make_folds,
 )
+from common.data.question_rates import question_rates, training_entries
 from common.layout import DATA_SUBDIR, INNER_PREDICTIONS, fold_dir
 from common.metrics import (
     bootstrap_auc_interval,
@@ -44,7 +36,12 @@ from common.metrics import (
     score_metrics,
     threshold_metrics,
 )
-from common.scored_rows import container_sizes, selection_note
+from common.report import blend
+from common.report.baselines import revealed_history, student_question_blend
+from common.report.evaluate import EvaluateConfig, evaluate, slice_table
+from common.report.feature_baseline import FeatureBaselineConfig
+from common.report.scored_rows import container_sizes, selection_note
+from common.stream.emulator import Emulator
 from tests.helpers import RUN, fold0, run_folder
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

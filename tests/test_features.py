@@ -1,4 +1,4 @@
-"""Model features worked out by hand (common/features.py): every field build_sequences
+"""Model features worked out by hand (common/data/features.py): every field build_sequences
 gives a few students' rows, and the buckets of elapsed time, lag and the explanation
 flag. Training, validation and streaming share this code, so their parity tests cannot
 see a change to it; these can."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.data import TrainArrays, opens_container
-from common.features import build_sequences, elapsed_bucket, explanation_code, lag_bucket
+from common.data.arrays import TrainArrays, opens_container
+from common.data.features import build_sequences, elapsed_bucket, explanation_code, lag_bucket
 
 NAN = np.nan
 HOUR_MS = 3_600_000
@@ -92,7 +92,7 @@ def test_explanation_code_by_hand() -> None:
 
 
 def test_a_container_opens_at_a_new_student_timestamp_or_container_id():
-    """The task-container rule (common.data.opens_container), each key alone: a new
+    """The task-container rule (common.data.arrays.opens_container), each key alone: a new
     student, a new timestamp under the same container id, a new container id at the same
     timestamp; neither changing keeps the container."""
     timestamp = np.array([0, 0, 5, 5, 5, 5, 9])

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.data import TrainArrays, container_starts
-from common.folds import (
+from common.data.arrays import TrainArrays, container_starts
+from common.data.folds import (
     STRATEGIES,
     Fold,
     FoldConfig,

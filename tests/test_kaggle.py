@@ -19,17 +19,17 @@ import pandas as pd
 import pytest
 import torch
 
-from common.checkpoint import save_model
-from common.kaggle_export import (
+from common.layout import PARTS_FILE, SNAPSHOT_FILE
+from common.model.checkpoint import save_model
+from common.stream.kaggle_export import (
     NOTEBOOK_FILE,
     KaggleIds,
     bundle_modules,
     export_kaggle,
     kernel_metadata,
 )
-from common.kaggle_notebook import COMPETITION, ApiNotFound, import_api
-from common.layout import PARTS_FILE, SNAPSHOT_FILE
-from common.online import OnlineState, Snapshot
+from common.stream.kaggle_notebook import COMPETITION, ApiNotFound, import_api
+from common.stream.online import OnlineState, Snapshot
 from tests.helpers import REPO, preprocess_real_rows, run_numbered_script, shared_file
 from tests.test_stream import random_model
 
@@ -203,10 +203,16 @@ def test_notebook_and_metadata(exported):
 
 
 def test_the_bundle_ships_the_inference_modules_only(exported):
-    shipped = sorted(p.stem for p in (exported["dataset"] / "code" / "common").glob("*.py"))
-    assert shipped == sorted(["__init__"] + [m.split(".")[1] for m in bundle_modules()])
-    for not_inference in ("cli", "training", "dataset", "folds", "emulator", "kaggle_export"):
-        assert not_inference not in shipped
+    code = exported["dataset"] / "code"
+    shipped = {
+        ".".join(p.relative_to(code).with_suffix("").parts).removesuffix(".__init__")
+        for p in code.rglob("*.py")
+    }
+    assert shipped == set(bundle_modules())
+    assert {"common", "common.stream", "common.stream.kaggle_notebook"} <= shipped
+    not_inference = ("cli", "data.dataset", "data.folds", "stream.emulator", "stream.kaggle_export")
+    assert not shipped & {f"common.{name}" for name in not_inference}
+    assert {m.split(".")[1] for m in shipped if m.count(".") > 1} == {"data", "model", "stream"}
 
 
 def test_bundle_code_needs_nothing_newer_than_python_37(exported):

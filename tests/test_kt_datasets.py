@@ -1,4 +1,4 @@
-"""common/kt_datasets.py and 00_convert_kt_dataset.py: hand-written students in both line
+"""common/inputs/kt_datasets.py and 00_convert_kt_dataset.py: hand-written students in both line
 formats, malformed inputs, and (when ../shared/data is present) the real ASSISTments files."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.kt_datasets import (
+from common.data.schema import QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES, InputError
+from common.inputs.kt_datasets import (
     INT16_MAX,
     PRESETS,
     ConversionConfig,
@@ -21,9 +22,8 @@ from common.kt_datasets import (
     preset_config,
     response_starts,
 )
-from common.kt_outputs import OUTPUT_FILES
-from common.kt_readers import LineInputError
-from common.schema import QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES, InputError
+from common.inputs.kt_outputs import OUTPUT_FILES
+from common.inputs.kt_readers import LineInputError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO_ROOT.parent / "shared" / "data"

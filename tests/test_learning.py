@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.evaluate import EvaluateConfig, evaluate
-from common.folds import load_fold_data
-from common.inference import InferConfig, run_emulated
-from common.training import Trainer
+from common.data.folds import load_fold_data
+from common.report.evaluate import EvaluateConfig, evaluate
+from common.stream.inference import InferConfig, run_emulated
+from common.train.trainer import Trainer
 from tests.helpers import RUN, make_tiny_demo, run_folder, train_config
 
 

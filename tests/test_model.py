@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from common.attention import Rotary, attention_mask
-from common.features import FlatSource, build_sequences, step_inputs, window_inputs
-from common.model import SAINT, ModelConfig
-from common.predict import plan_student, to_tensors
+from common.data.features import FlatSource, build_sequences, step_inputs, window_inputs
+from common.model.attention import Rotary, attention_mask
+from common.model.predict import plan_student, to_tensors
+from common.model.saint import SAINT, ModelConfig
 from tests.helpers import preprocess_real_rows
 
 ALL_FEATURES = ("elapsed", "lag", "explanation", "answer", "question")

@@ -6,11 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.baselines import question_rates
-from common.dataset import Dataset
-from common.feature_baseline import FeatureBaselineConfig, training_matrix
-from common.features import build_sequences
-from common.past_features import FEATURE_NAMES, PastFeatureState, past_features, question_skills
+from common.data.dataset import Dataset
+from common.data.features import build_sequences
+from common.data.past_features import (
+    FEATURE_NAMES,
+    PastFeatureState,
+    past_features,
+    question_skills,
+)
+from common.data.question_rates import question_rates
+from common.report.feature_baseline import FeatureBaselineConfig, training_matrix
 from tests.helpers import preprocess_real_rows
 
 

@@ -17,10 +17,16 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from common.data import ANSWER_UNKNOWN, ROW_ARRAYS, TrainArrays
+from common.data.arrays import ANSWER_UNKNOWN, ROW_ARRAYS, TrainArrays
+from common.data.preprocess import PreprocessConfig, preprocess
+from common.data.schema import (
+    LECTURES_DTYPES,
+    QUESTIONS_DTYPES,
+    TRAIN_COLUMNS,
+    TRAIN_DTYPES,
+    InputError,
+)
 from common.layout import DATA_SUBDIR
-from common.preprocess import PreprocessConfig, preprocess
-from common.schema import LECTURES_DTYPES, QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES, InputError
 
 # The bad row of most cases: deep in the demo's ~49,000 rows, so far past the first
 # pyarrow block at SMALL_BLOCK (test_deep_row_is_in_a_later_block proves it).

@@ -28,22 +28,22 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from common import online
-from common.api_loop import stream_loop
-from common.checkpoint import CheckpointError, save_model, state_digest
-from common.data import TrainArrays, load_questions, question_parts
-from common.emulator import Emulator, EmulatorConfig, stream_frame
-from common.evaluate import EvaluateConfig, evaluate
+from common.data.arrays import TrainArrays, load_questions, question_parts
+from common.data.folds import Fold, FoldConfig, load_fold_data, make_folds
+from common.data.memory import check_memory, estimate_peak_memory
+from common.data.preprocess import PreprocessConfig, preprocess
 from common.files import remove_stale_temp_files
-from common.folds import Fold, FoldConfig, load_fold_data, make_folds
-from common.inference import write_outputs
 from common.layout import DATA_SUBDIR, FOLDS_SUBDIR
-from common.memory import check_memory, estimate_peak_memory
-from common.model import SAINT, ModelConfig
-from common.online import OnlineState, Snapshot, StateMemoryError, build_snapshot
-from common.preprocess import PreprocessConfig, preprocess
-from common.runs_table import append_run_row
-from common.training import Trainer
+from common.model.checkpoint import CheckpointError, save_model, state_digest
+from common.model.saint import SAINT, ModelConfig
+from common.report.evaluate import EvaluateConfig, evaluate
+from common.runs.table import append_run_row
+from common.stream import online
+from common.stream.api_loop import stream_loop
+from common.stream.emulator import Emulator, EmulatorConfig, stream_frame
+from common.stream.inference import write_outputs
+from common.stream.online import OnlineState, Snapshot, StateMemoryError, build_snapshot
+from common.train.trainer import Trainer
 from tests.helpers import (
     REPO,
     RUN,

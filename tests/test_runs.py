@@ -16,9 +16,9 @@ import pytest
 
 from common import cli, layout
 from common.errors import UserError
-from common.runs import RunClashError, claim_fold_dir, identity, run_name
-from common.runs_table import append_run_row, read_runs, runs_text, sorted_runs
-from common.train_config import TrainConfig
+from common.runs.folders import RunClashError, claim_fold_dir, identity, run_name
+from common.runs.table import append_run_row, read_runs, runs_text, sorted_runs
+from common.train.config import TrainConfig
 from tests.helpers import REPO, make_tiny_demo, run_numbered_script, train_config
 
 SCRIPTS = (

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.data import TrainArrays
-from common.folds import Fold
+from common.data.arrays import TrainArrays
+from common.data.folds import Fold
 from tests.helpers import RUN, fold0, run_folder, run_numbered_script
 
 TINY_MODEL = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)

@@ -14,20 +14,20 @@ import pandas as pd
 import pytest
 import torch
 
-from common import online
-from common.api_loop import stream_loop
-from common.cache_pool import CachePool
-from common.data import TrainArrays, load_questions, question_parts
-from common.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
-from common.features import SEQUENCE_FIELDS, build_sequences, window_inputs
-from common.folds import Fold, FoldConfig, load_fold_data, make_folds
+from common.data.arrays import TrainArrays, load_questions, question_parts
+from common.data.features import SEQUENCE_FIELDS, build_sequences, window_inputs
+from common.data.folds import Fold, FoldConfig, load_fold_data, make_folds
+from common.data.schema import TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 from common.layout import DATA_SUBDIR
-from common.model import SAINT, ModelConfig
-from common.online import OnlineState, Snapshot, build_snapshot
-from common.predict import predict_tails, to_tensors
-from common.schema import TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
-from common.tags import install_tags, tag_shape
-from common.training import Trainer
+from common.model.predict import predict_tails, to_tensors
+from common.model.saint import SAINT, ModelConfig
+from common.model.tags import install_tags, tag_shape
+from common.stream import online
+from common.stream.api_loop import stream_loop
+from common.stream.cache_pool import CachePool
+from common.stream.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
+from common.stream.online import OnlineState, Snapshot, build_snapshot
+from common.train.trainer import Trainer
 from tests.helpers import make_tiny_demo, preprocess_real_rows, shared_file, train_config
 
 CPU = torch.device("cpu")
@@ -61,7 +61,7 @@ def example_rows() -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
     return example, rows, sizes
 
 
-# the test frames' types as the competition's data page gives them (common/emulator.py:
+# the test frames' types as the competition's data page gives them (common/stream/emulator.py:
 # TEST_DTYPES says which are documented and which are not verified)
 DOCUMENTED_DTYPES = {
     "row_id": "int64", "timestamp": "int64", "user_id": "int32", "content_id": "int16",

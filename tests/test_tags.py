@@ -1,4 +1,4 @@
-"""Question tags as an encoder input (common/tags.py): parsing, the padded tag matrix, the
+"""Question tags as an encoder input (common/model/tags.py): parsing, the padded tag matrix, the
 buffer in the checkpoint, its effect on the encoder, and 03_train.py --tags."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from common.checkpoint import load_model, save_checkpoint
-from common.folds import load_fold_data
-from common.model import SAINT, ModelConfig
-from common.schema import InputError
-from common.tags import install_tags, parse_tags, question_tag_matrix, tag_shape
+from common.data.folds import load_fold_data
+from common.data.schema import InputError
+from common.model.checkpoint import load_model, save_checkpoint
+from common.model.saint import SAINT, ModelConfig
+from common.model.tags import install_tags, parse_tags, question_tag_matrix, tag_shape
 from tests.helpers import RUN, fold0, make_tiny_demo
 
 QUESTIONS = pd.DataFrame(

@@ -12,14 +12,14 @@ import pandas as pd
 import pytest
 import torch
 
-from common.checkpoint import load_model, save_checkpoint
+from common.data.features import window_inputs
+from common.data.folds import load_fold_data, load_full_data
 from common.device import autocast_dtype
-from common.features import window_inputs
-from common.folds import load_fold_data, load_full_data
 from common.metrics import auc_or_nan
-from common.predict import to_tensors
-from common.train_plan import batch_bounds, epoch_spans, micro_batch_groups
-from common.training import Trainer
+from common.model.checkpoint import load_model, save_checkpoint
+from common.model.predict import to_tensors
+from common.train.plan import batch_bounds, epoch_spans, micro_batch_groups
+from common.train.trainer import Trainer
 from tests.helpers import RUN, fold0, make_tiny_demo, run_folder, run_numbered_script, train_config
 
 TINY = [

@@ -1,0 +1,370 @@
+"""Past-event features of a question row, as a Kaggler would feed gradient-boosted trees:
+computed for many rows at once (batch, from common.data.features.QuestionSequences) and one
+task container at a time as the API serves them (PastFeatureState). The two are tested
+equal.
+
+Everything a row's features read is known when the API asks for the row: the student's
+questions in EARLIER task containers (their outcomes arrive with the next group, their
+elapsed time and explanation flag with the student's next container), the row's own
+container (its questions and timestamp, never its outcomes), and a question-rate table
+from training rows. Lectures are not counted (the model drops them too).
+
+Per row (NaN where a value is undefined, e.g. a rate over no answers):
+
+    answered                  questions the student answered before this container
+    correct_rate              their correct share
+    recent_rate               correct share of the latest RECENT of them
+    last_correct              outcome of the latest
+    seconds_since_previous    since the student's previous question container
+    seconds_since_first       since the student's first question
+    container_size            questions in this container
+    part                      the question's part
+    part_answered, part_correct_rate             the same over the question's part
+    skill_answered, skill_correct_rate, skill_last_correct
+                              the same over its skill (its first tag; -1: none)
+    question_attempts, question_correct_rate, question_last_correct,
+    seconds_since_question    the student's earlier answers to this very question
+    question_rate, question_count   the question's smoothed correct rate and answer count
+                              on training rows (common.data.question_rates.QuestionRates)
+    explanation_rate          share of the answered questions whose explanation was read
+    mean_elapsed              mean seconds spent on them (where known)
+    previous_elapsed          seconds spent on the previous container's questions
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from common.data.features import QuestionSequences, elapsed_bucket, explanation_code
+from common.data.question_rates import QuestionRates
+
+RECENT = 10
+FEATURE_NAMES = (
+    "answered",
+    "correct_rate",
+    "recent_rate",
+    "last_correct",
+    "seconds_since_previous",
+    "seconds_since_first",
+    "container_size",
+    "part",
+    "part_answered",
+    "part_correct_rate",
+    "skill_answered",
+    "skill_correct_rate",
+    "skill_last_correct",
+    "question_attempts",
+    "question_correct_rate",
+    "question_last_correct",
+    "seconds_since_question",
+    "question_rate",
+    "question_count",
+    "explanation_rate",
+    "mean_elapsed",
+    "previous_elapsed",
+)
+CATEGORICAL = ("part",)
+EXPLAINED = 2  # common.data.features' explanation code of "read it"
+
+
+def question_skills(questions, n_questions: int) -> np.ndarray:
+    """(n_questions + 1,) each question id's first tag (its skill), -1 without tags or a
+    questions table; the last entry is the unknown question."""
+    skill = np.full(n_questions + 1, -1, dtype=np.int64)
+    if questions is None or "tags" not in questions.columns:
+        return skill
+    for question_id, text in zip(questions["question_id"], questions["tags"], strict=True):
+        words = str(text).split() if isinstance(text, str) else []
+        if words and 0 <= int(question_id) < n_questions:
+            skill[int(question_id)] = int(words[0])
+    return skill
+
+
+def _ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    top, bottom = np.asarray(top, dtype=np.float64), np.asarray(bottom, dtype=np.float64)
+    out = np.full(np.shape(top), np.nan)
+    np.divide(top, bottom, out=out, where=bottom > 0)
+    return out
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    return np.concatenate(([0], np.cumsum(values, dtype=np.float64)))
+
+
+def _revealed_by_key(key: np.ndarray, student: np.ndarray, container: np.ndarray, values):
+    """For every flat entry: how many of the student's entries with the same key lie in
+    earlier containers, the sum of each of `values` over them, and the flat index of
+    the latest of them (-1: none). Entries of one container are contiguous, so inside a
+    (student, key) group, ordered by position, the revealed ones are a prefix."""
+    n = len(key)
+    order = np.lexsort((np.arange(n), key, student))
+    k, s, c = key[order], student[order], container[order]
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = (k[1:] != k[:-1]) | (s[1:] != s[:-1])
+    new_run = new_group.copy()
+    new_run[1:] |= c[1:] != c[:-1]
+    index = np.arange(n)
+    group_start = np.maximum.accumulate(np.where(new_group, index, 0))
+    run_start = np.maximum.accumulate(np.where(new_run, index, 0))
+    count = np.empty(n, dtype=np.int64)
+    count[order] = run_start - group_start
+    sums = []
+    for value in values:
+        prefix = _prefix(np.asarray(value)[order])
+        total = np.empty(n, dtype=np.float64)
+        total[order] = prefix[run_start] - prefix[group_start]
+        sums.append(total)
+    last = np.full(n, -1, dtype=np.int64)
+    has = run_start > group_start
+    last[order[has]] = order[run_start[has] - 1]
+    return count, sums, last
+
+
+def _seconds(milliseconds) -> np.ndarray:
+    return np.asarray(milliseconds, dtype=np.float64) / 1000.0
+
+
+def _elapsed_seconds(bucket: np.ndarray) -> np.ndarray:
+    """common.data.features' elapsed bucket -> seconds, NaN where unknown (bucket 0)."""
+    bucket = np.asarray(bucket, dtype=np.float64)
+    return np.where(bucket > 0, bucket - 1, np.nan)
+
+
+def past_features(
+    sequences: QuestionSequences,
+    entries: np.ndarray,
+    skill: np.ndarray,
+    rates: QuestionRates,
+) -> np.ndarray:
+    """(len(entries), len(FEATURE_NAMES)) float64 features of the flat entries."""
+    seq, entries = sequences, np.asarray(entries, dtype=np.int64)
+    n = len(seq.row)
+    student = np.repeat(np.arange(seq.n_students), seq.lengths())
+    start = seq.offsets[student]
+    container = start + seq.container_first  # flat index of each entry's container start
+    response = seq.response.astype(np.float64)
+    question = seq.question.astype(np.int64)
+    skills = skill[np.clip(question, 0, len(skill) - 1)]
+    elapsed = _elapsed_seconds(seq.elapsed)
+    known_elapsed = ~np.isnan(elapsed)
+
+    # student-wide: every entry before the container's start is revealed
+    e_start, e_container = start[entries], container[entries]
+    answered = e_container - e_start
+    correct = _prefix(response)
+    recent_from = np.maximum(e_container - RECENT, e_start)
+    previous = np.maximum(e_container - 1, 0)  # the latest revealed entry (if answered)
+    has_previous = answered > 0
+    explained = _prefix(seq.explanation == EXPLAINED)
+    explanation_known = _prefix(seq.explanation > 0)
+    elapsed_sum = _prefix(np.where(known_elapsed, elapsed, 0.0))
+    elapsed_count = _prefix(known_elapsed)
+    timestamp = seq.timestamp.astype(np.float64)
+    opens = np.ones(n, dtype=bool)
+    opens[1:] = container[1:] != container[:-1]
+    run_id = np.cumsum(opens) - 1
+    size = np.bincount(run_id)[run_id]
+
+    out = {
+        "answered": answered,
+        "correct_rate": _ratio(correct[e_container] - correct[e_start], answered),
+        "recent_rate": _ratio(
+            correct[e_container] - correct[recent_from], e_container - recent_from
+        ),
+        "last_correct": np.where(has_previous, response[previous], np.nan),
+        "seconds_since_previous": np.where(
+            has_previous, _seconds(timestamp[entries] - timestamp[previous]), np.nan
+        ),
+        "seconds_since_first": _seconds(timestamp[entries] - timestamp[e_start]),
+        "container_size": size[entries],
+        "part": seq.part[entries],
+        "explanation_rate": _ratio(
+            explained[e_container] - explained[e_start],
+            explanation_known[e_container] - explanation_known[e_start],
+        ),
+        "mean_elapsed": _ratio(
+            elapsed_sum[e_container] - elapsed_sum[e_start],
+            elapsed_count[e_container] - elapsed_count[e_start],
+        ),
+        "previous_elapsed": np.where(has_previous, elapsed[previous], np.nan),
+    }
+    for name, key in (("part", seq.part.astype(np.int64)), ("skill", skills)):
+        count, (right,), last = _revealed_by_key(key, student, container, [response])
+        out[f"{name}_answered"] = count[entries]
+        out[f"{name}_correct_rate"] = _ratio(right[entries], count[entries])
+        if name == "skill":
+            last = last[entries]
+            missing = (last < 0) | (skills[entries] < 0)
+            out["skill_last_correct"] = np.where(missing, np.nan, response[np.maximum(last, 0)])
+            out["skill_answered"] = np.where(skills[entries] < 0, np.nan, count[entries])
+            out["skill_correct_rate"] = np.where(
+                skills[entries] < 0, np.nan, out["skill_correct_rate"]
+            )
+    count, (right,), last = _revealed_by_key(question, student, container, [response])
+    last = last[entries]
+    seen = last >= 0
+    out["question_attempts"] = count[entries]
+    out["question_correct_rate"] = _ratio(right[entries], count[entries])
+    out["question_last_correct"] = np.where(seen, response[np.maximum(last, 0)], np.nan)
+    out["seconds_since_question"] = np.where(
+        seen, _seconds(timestamp[entries] - timestamp[np.maximum(last, 0)]), np.nan
+    )
+    out["question_rate"] = rates(question[entries])
+    out["question_count"] = question_count(rates, question[entries])
+    return np.column_stack([np.asarray(out[name], dtype=np.float64) for name in FEATURE_NAMES])
+
+
+def question_count(rates: QuestionRates, question: np.ndarray) -> np.ndarray:
+    """Training answers per question id (0 beyond the table)."""
+    question = np.asarray(question, dtype=np.int64)
+    inside = (question >= 0) & (question < len(rates.count))
+    return np.where(inside, rates.count[np.where(inside, question, 0)], 0).astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------
+# online: one task container at a time, as the API serves them
+
+
+@dataclass
+class _Counts:
+    answered: int = 0
+    correct: int = 0
+    last: float = np.nan  # latest outcome
+    seen_at: float = np.nan  # timestamp (ms) of the latest answer
+
+
+@dataclass
+class _Student:
+    total: _Counts = field(default_factory=_Counts)
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))
+    first_time: float = np.nan
+    previous_time: float = np.nan
+    explained: int = 0
+    explanation_known: int = 0
+    elapsed_sum: float = 0.0
+    elapsed_count: int = 0
+    previous_elapsed: float = np.nan
+    parts: dict = field(default_factory=dict)
+    skills: dict = field(default_factory=dict)
+    questions: dict = field(default_factory=dict)
+    # the latest container: (questions, timestamp) and its outcomes once revealed
+    pending: tuple | None = None
+    pending_outcomes: np.ndarray | None = None
+
+
+class PastFeatureState:
+    """Every student's past events, updated as the API serves them: `features` for a
+    student's new task container (it first files the student's previous container,
+    whose outcomes `reveal` gave and whose elapsed time and explanation flag arrive on
+    this container's first row), then `reveal` once its outcomes are known."""
+
+    def __init__(self, parts: np.ndarray, skill: np.ndarray, rates: QuestionRates):
+        self.parts, self.skill, self.rates = np.asarray(parts), np.asarray(skill), rates
+        self.students: dict[int, _Student] = {}
+
+    def _lookup(self, table: np.ndarray, question: int, missing: int) -> int:
+        return int(table[question]) if 0 <= question < len(table) else missing
+
+    def features(
+        self,
+        user: int,
+        questions: np.ndarray,
+        timestamp: int,
+        prior_elapsed_ms: float,
+        prior_explanation: int,
+    ) -> np.ndarray:
+        """(len(questions), len(FEATURE_NAMES)) features of a container's questions.
+        prior_elapsed_ms (NaN: unknown) and prior_explanation (-1 blank, 0, 1) are the
+        container's first question row's prior_question_* fields."""
+        state = self.students.setdefault(int(user), _Student())
+        if state.pending is not None:
+            self._file(state, prior_elapsed_ms, prior_explanation)
+        questions = np.asarray(questions, dtype=np.int64)
+        rows = [self._row(state, int(q), float(timestamp), len(questions)) for q in questions]
+        if np.isnan(state.first_time):
+            state.first_time = float(timestamp)
+        state.pending, state.pending_outcomes = (questions, float(timestamp)), None
+        return np.array(rows, dtype=np.float64).reshape(len(questions), len(FEATURE_NAMES))
+
+    def reveal(self, user: int, outcomes: np.ndarray) -> None:
+        """The outcomes (0/1) of the student's latest container, in its question order."""
+        state = self.students[int(user)]
+        if state.pending is None or len(outcomes) != len(state.pending[0]):
+            raise ValueError(f"user {user}: outcomes do not match the latest container")
+        state.pending_outcomes = np.asarray(outcomes, dtype=np.int64)
+
+    def _file(self, state: _Student, prior_elapsed_ms: float, prior_explanation: int) -> None:
+        (questions, timestamp), outcomes = state.pending, state.pending_outcomes
+        if outcomes is None:
+            raise ValueError("a student's next container arrived before the outcomes of the last")
+        bucket = elapsed_bucket(np.array([prior_elapsed_ms]))
+        elapsed = float(_elapsed_seconds(bucket)[0])
+        code = int(explanation_code(np.array([prior_explanation]))[0])
+        for question, outcome in zip(questions.tolist(), outcomes.tolist(), strict=True):
+            part = self._lookup(self.parts, question, -1)
+            skill = self._lookup(self.skill, question, -1)
+            keyed = [
+                state.total,
+                state.parts.setdefault(part, _Counts()),
+                state.skills.setdefault(skill, _Counts()),
+                state.questions.setdefault(question, _Counts()),
+            ]
+            for counts in keyed:
+                counts.answered += 1
+                counts.correct += outcome
+                counts.last, counts.seen_at = float(outcome), timestamp
+            state.recent.append(outcome)
+            state.explained += code == EXPLAINED
+            state.explanation_known += code > 0
+            if not np.isnan(elapsed):
+                state.elapsed_sum += elapsed
+                state.elapsed_count += 1
+        state.previous_time, state.previous_elapsed = timestamp, elapsed
+        state.pending = state.pending_outcomes = None
+
+    def _row(self, state: _Student, question: int, timestamp: float, size: int) -> list:
+        total = state.total
+        part = self._lookup(self.parts, question, -1)
+        skill = self._lookup(self.skill, question, -1)
+        on_part = state.parts.get(part, _Counts())
+        on_skill = state.skills.get(skill, _Counts())
+        on_question = state.questions.get(question, _Counts())
+        answered = total.answered > 0
+        values = {
+            "answered": total.answered,
+            "correct_rate": _scalar_ratio(total.correct, total.answered),
+            "recent_rate": _scalar_ratio(sum(state.recent), len(state.recent)),
+            "last_correct": total.last,
+            "seconds_since_previous": (timestamp - state.previous_time) / 1000.0
+            if answered
+            else np.nan,
+            "seconds_since_first": 0.0
+            if np.isnan(state.first_time)
+            else (timestamp - state.first_time) / 1000.0,
+            "container_size": size,
+            "part": part,
+            "part_answered": on_part.answered,
+            "part_correct_rate": _scalar_ratio(on_part.correct, on_part.answered),
+            "skill_answered": on_skill.answered if skill >= 0 else np.nan,
+            "skill_correct_rate": _scalar_ratio(on_skill.correct, on_skill.answered)
+            if skill >= 0
+            else np.nan,
+            "skill_last_correct": on_skill.last if skill >= 0 else np.nan,
+            "question_attempts": on_question.answered,
+            "question_correct_rate": _scalar_ratio(on_question.correct, on_question.answered),
+            "question_last_correct": on_question.last,
+            "seconds_since_question": (timestamp - on_question.seen_at) / 1000.0,
+            "question_rate": float(self.rates(np.array([question]))[0]),
+            "question_count": float(question_count(self.rates, np.array([question]))[0]),
+            "explanation_rate": _scalar_ratio(state.explained, state.explanation_known),
+            "mean_elapsed": _scalar_ratio(state.elapsed_sum, state.elapsed_count),
+            "previous_elapsed": state.previous_elapsed if answered else np.nan,
+        }
+        return [values[name] for name in FEATURE_NAMES]
+
+
+def _scalar_ratio(top: float, bottom: float) -> float:
+    return top / bottom if bottom > 0 else np.nan

@@ -1,0 +1,369 @@
+"""train/questions/lectures CSV -> parquet and flat arrays (see common/data/arrays.py for the
+layout).
+
+train.csv is streamed in blocks with pyarrow's CSV reader, so memory stays flat whatever
+the file size: each block is parsed with the competition dtypes, checked, appended to the
+parquet file and to the flat arrays, and dropped (the reading and the checks are in
+common/data/train_csv.py). Every check names the file, data row, column and value of the first
+offending row. Output goes to a temporary directory that replaces `<output-dir>/data` only
+when everything is written. Before anything is read in full or written, the run's peak
+memory is estimated from the file size (common/data/memory.py) and an input that would not fit
+the budget is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from common.data.arrays import ANSWER_UNKNOWN, ROW_ARRAYS
+from common.data.memory import check_memory
+from common.data.schema import (
+    LECTURE,
+    LECTURES_DTYPES,
+    N_CHOICES,
+    N_PARTS,
+    QUESTION,
+    QUESTIONS_DTYPES,
+    TRAIN_COLUMNS,
+    TRAIN_DTYPES,
+    InputError,
+)
+from common.data.train_csv import (
+    ARROW_TYPES,
+    Prefetcher,
+    RowChecker,
+    block_arrays,
+    check_header,
+    check_unique_row_ids,
+    locate_parse_error,
+    plain,
+    train_reader,
+)
+from common.files import atomic_dir, write_run_record
+from common.layout import ARRAYS_SUBDIR, DATA_SUBDIR
+from common.options import option, progress_option
+
+# The pandas metadata makes pd.read_parquet return the competition dtypes (a nullable
+# boolean prior_question_had_explanation rather than object).
+TRAIN_SCHEMA = pa.schema(
+    [(name, ARROW_TYPES[TRAIN_DTYPES[name]]) for name in TRAIN_COLUMNS]
+).with_metadata(
+    pa.Schema.from_pandas(
+        pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in TRAIN_DTYPES.items()}),
+        preserve_index=False,
+    ).metadata
+)
+
+# row_id and timestamp rise steadily: delta encoding stores them in a fraction of the plain
+# size and writes faster than trying a dictionary first; the other columns have few
+# distinct values, where dictionaries win.
+_DELTA_COLUMNS = ("row_id", "timestamp")
+PARQUET_OPTIONS = {
+    "compression": "snappy",
+    "use_dictionary": [name for name in TRAIN_COLUMNS if name not in _DELTA_COLUMNS],
+    "column_encoding": {name: "DELTA_BINARY_PACKED" for name in _DELTA_COLUMNS},
+}
+
+
+@dataclass
+class PreprocessConfig:
+    input_dir: Path = option(Path("input"), "folder of train.csv, questions.csv, lectures.csv")
+    output_dir: Path = option(Path("output"), "stage 1 writes <output-dir>/data/")
+    # pyarrow's streaming reader reads up to 32 blocks of raw text ahead of the parser
+    # (kDefaultBackgroundMaxQ in arrow/util/async_generator.h), so 32 x block_size bounds
+    # what it holds whatever the file size: 8 MiB blocks keep that near 256 MiB, and a
+    # block of ~150,000 rows still amortizes the per-block work.
+    block_size: int = option(8 << 20, "bytes of train.csv parsed per block")
+    # Number rows 0..N-1 in file order when row_id is blank (some public dumps of the
+    # competition data lost it); off by default because a blank row_id is usually a bug.
+    assign_row_ids: bool = option(
+        False, "number rows 0..N-1 in file order (for dumps whose row_id is blank)"
+    )
+    progress: bool = progress_option()
+    # GB the run may use at its peak, checked against common.data.memory.estimate_peak_memory
+    # before any output is written; None: the memory available when the run starts; 0: no
+    # check.
+    max_memory: float | None = option(
+        None,
+        "refuse input whose estimated peak memory exceeds this many GB (none: the memory "
+        "available now; 0: no check); the estimate is in data/preprocess_summary.json",
+        metavar="GB",
+    )
+
+
+@dataclass
+class PreprocessSummary:
+    rows: int = 0
+    students: int = 0
+    questions: int = 0
+    lectures: int = 0
+    correct: int = 0
+    blank_user_answers: int = 0
+    lecture_labels_filled: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def share_correct(self) -> float:
+        return self.correct / max(self.questions, 1)
+
+    def report(self) -> str:
+        rate = self.rows / max(self.seconds, 1e-9)
+        lines = [
+            f"rows {self.rows:,}  students {self.students:,}  questions {self.questions:,}  "
+            f"lectures {self.lectures:,}  share correct {self.share_correct:.4f}",
+            f"{self.seconds:.1f} s  ({rate:,.0f} rows/s)",
+        ]
+        return "\n".join(lines + [f"note: {note}" for note in self.notes])
+
+
+# ---------------------------------------------------------------------------------------
+# questions.csv and lectures.csv
+
+
+def _read_small_csv(path: Path, dtypes: dict[str, str], key: str) -> pd.DataFrame:
+    if not path.exists():
+        raise InputError(str(path), "the file to exist")
+    if path.stat().st_size == 0:
+        raise InputError(str(path), f"a header line with columns {list(dtypes)}", row=0)
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    missing = [c for c in dtypes if c not in raw.columns]
+    if missing:
+        raise InputError(
+            str(path), f"columns {list(dtypes)}", row=0, column=missing[0], value="<missing>"
+        )
+    if raw.empty:
+        raise InputError(str(path), "at least one data row", row=1)
+    out = {}
+    for column, dtype in dtypes.items():
+        values = raw[column]
+        if dtype == "string":
+            out[column] = values.astype("string").replace("", pd.NA)
+            continue
+        parsed = pd.to_numeric(values.where(values != "", None), errors="coerce")
+        info = np.iinfo(dtype)
+        bad = parsed.isna() | (parsed < info.min) | (parsed > info.max) | (parsed % 1 != 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(
+                str(path), f"an integer in the {dtype} range", i + 1, column, values.iloc[i]
+            )
+        out[column] = parsed.astype(dtype)
+    frame = pd.DataFrame(out)
+    duplicated = frame[key].duplicated()
+    if duplicated.any():
+        i = int(np.flatnonzero(duplicated.to_numpy())[0])
+        raise InputError(str(path), f"unique {key} values", i + 1, key, plain(frame[key].iloc[i]))
+    bad_part = ~frame["part"].between(1, N_PARTS)
+    if bad_part.any():
+        i = int(np.flatnonzero(bad_part.to_numpy())[0])
+        raise InputError(
+            str(path), f"part in 1..{N_PARTS}", i + 1, "part", plain(frame["part"].iloc[i])
+        )
+    return frame
+
+
+def read_questions(path: Path) -> pd.DataFrame:
+    frame = _read_small_csv(path, QUESTIONS_DTYPES, "question_id")
+    bad = ~frame["correct_answer"].between(0, N_CHOICES - 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(
+            str(path),
+            f"correct_answer in 0..{N_CHOICES - 1}",
+            i + 1,
+            "correct_answer",
+            plain(frame["correct_answer"].iloc[i]),
+        )
+    if (frame["question_id"] < 0).any():
+        i = int(np.flatnonzero((frame["question_id"] < 0).to_numpy())[0])
+        raise InputError(
+            str(path),
+            "question_id >= 0",
+            i + 1,
+            "question_id",
+            plain(frame["question_id"].iloc[i]),
+        )
+    return frame
+
+
+def read_lectures(path: Path) -> pd.DataFrame:
+    if path.exists() and path.stat().st_size > 0:
+        header = path.read_text().splitlines()[:2]
+        if len(header) == 1:  # a header and no lectures (e.g. converted public KT datasets)
+            frame = pd.DataFrame({c: pd.Series(dtype=d) for c, d in LECTURES_DTYPES.items()})
+            missing = [c for c in LECTURES_DTYPES if c not in header[0].split(",")]
+            if missing:
+                raise InputError(str(path), f"columns {list(LECTURES_DTYPES)}", 0, missing[0])
+            return frame
+    return _read_small_csv(path, LECTURES_DTYPES, "lecture_id")
+
+
+# ---------------------------------------------------------------------------------------
+# train.csv
+
+
+def convert_train(
+    path: Path,
+    out_dir: Path,
+    questions: pd.DataFrame,
+    lectures: pd.DataFrame,
+    config: PreprocessConfig,
+) -> PreprocessSummary:
+    header = check_header(path)
+    summary = PreprocessSummary()
+    checker = RowChecker(
+        path, questions["question_id"].to_numpy(), lectures["lecture_id"].to_numpy()
+    )
+    arrays_dir = out_dir / ARRAYS_SUBDIR
+    arrays_dir.mkdir()
+    boundaries: list[np.ndarray] = []
+    users: list[np.ndarray] = []
+    start = time.perf_counter()
+    try:  # open_csv parses the first block: its errors surface here
+        reader = train_reader(path, header, config.block_size)
+    except pa.ArrowInvalid as error:
+        locate_parse_error(path, header, 0, error)
+    with contextlib.ExitStack() as stack:
+        sinks = {
+            name: stack.enter_context(open(arrays_dir / f"{name}.bin", "wb")) for name in ROW_ARRAYS
+        }
+        writer = stack.enter_context(
+            pq.ParquetWriter(out_dir / "train.parquet", TRAIN_SCHEMA, **PARQUET_OPTIONS)
+        )
+        bar = stack.enter_context(
+            tqdm(unit=" rows", unit_scale=True, disable=not config.progress, desc="train.csv")
+        )
+        batches = Prefetcher(reader)
+        stack.callback(batches.close)
+        while True:
+            try:
+                batch = batches.read_next_batch()
+            except StopIteration:
+                break
+            except pa.ArrowInvalid as error:
+                locate_parse_error(path, header, summary.rows, error)
+            if batch.num_rows == 0:
+                continue
+            values, nulls = block_arrays(batch)
+            first_row = summary.rows + 1
+            if nulls["row_id"].any() and not config.assign_row_ids:
+                i = int(np.argmax(nulls["row_id"]))
+                raise InputError(
+                    str(path),
+                    "a row_id on every row (pass --assign-row-ids to number rows "
+                    "0..N-1 in file order instead)",
+                    first_row + i,
+                    "row_id",
+                    "<blank>",
+                )
+            if config.assign_row_ids:
+                values["row_id"] = np.arange(
+                    summary.rows, summary.rows + batch.num_rows, dtype=np.int64
+                )
+            previous_user = checker.last_user
+            checker.check(values, nulls, first_row)
+            values = _fill_blanks(values, nulls, summary)
+            _append(values, nulls, writer, sinks, summary)
+            new_user = np.ones(batch.num_rows, dtype=bool)
+            new_user[1:] = values["user_id"][1:] != values["user_id"][:-1]
+            new_user[0] = values["user_id"][0] != previous_user
+            boundaries.append(np.flatnonzero(new_user) + summary.rows)
+            users.append(values["user_id"][new_user])
+            summary.rows += batch.num_rows
+            bar.update(batch.num_rows)
+    if summary.rows == 0:
+        raise InputError(str(path), "at least one data row", row=1)
+    if not checker.row_ids_increasing:
+        check_unique_row_ids(path, arrays_dir, summary.rows)
+    user_ids = np.concatenate(users).astype(np.int32)
+    offsets = np.append(np.concatenate(boundaries), summary.rows).astype(np.int64)
+    user_ids.tofile(arrays_dir / "users.bin")
+    offsets.tofile(arrays_dir / "offsets.bin")
+    manifest = {
+        "n_rows": summary.rows,
+        "n_students": len(user_ids),
+        "columns": ROW_ARRAYS,
+        "answer_unknown": ANSWER_UNKNOWN,
+    }
+    (arrays_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    summary.students = len(user_ids)
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _fill_blanks(values, nulls, summary: PreprocessSummary) -> dict[str, np.ndarray]:
+    is_lecture = values["content_type_id"] == LECTURE
+    filled = is_lecture & nulls["answered_correctly"]
+    if filled.any():
+        values["answered_correctly"] = np.where(filled, -1, values["answered_correctly"])
+        summary.lecture_labels_filled += int(filled.sum())
+    blank_answer = nulls["user_answer"]
+    summary.blank_user_answers += int((blank_answer & ~is_lecture).sum())
+    values["user_answer"] = np.where(
+        blank_answer, np.where(is_lecture, -1, ANSWER_UNKNOWN), values["user_answer"]
+    ).astype(np.int8)
+    nulls["user_answer"] = blank_answer & ~is_lecture
+    nulls["answered_correctly"] = np.zeros_like(filled)
+    return values
+
+
+def _append(values, nulls, writer, sinks, summary: PreprocessSummary) -> None:
+    arrays = []
+    for name in TRAIN_COLUMNS:
+        dtype = TRAIN_DTYPES[name]
+        if dtype == "boolean":
+            arrays.append(pa.array(values[name] == 1, mask=nulls[name]))
+        elif dtype == "float32":
+            arrays.append(pa.array(values[name]))
+        else:
+            mask = nulls[name] if name == "user_answer" else None
+            arrays.append(pa.array(values[name], mask=mask))
+    writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=TRAIN_SCHEMA))
+    for name, dtype in ROW_ARRAYS.items():
+        sinks[name].write(np.ascontiguousarray(values[name], dtype=dtype).tobytes())
+    is_question = values["content_type_id"] == QUESTION
+    summary.questions += int(is_question.sum())
+    summary.lectures += int((~is_question).sum())
+    summary.correct += int((values["answered_correctly"] == 1).sum())
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def preprocess(config: PreprocessConfig) -> PreprocessSummary:
+    """Convert `<input-dir>/{train,questions,lectures}.csv` into `<output-dir>/data/`."""
+    input_dir = Path(config.input_dir)
+    estimate = check_memory(input_dir / "train.csv", config)
+    questions = read_questions(input_dir / "questions.csv")
+    lectures = read_lectures(input_dir / "lectures.csv")
+    with atomic_dir(Path(config.output_dir) / DATA_SUBDIR) as tmp:
+        summary = convert_train(input_dir / "train.csv", tmp, questions, lectures, config)
+        questions.to_parquet(tmp / "questions.parquet", index=False)
+        lectures.to_parquet(tmp / "lectures.parquet", index=False)
+        if summary.blank_user_answers:
+            summary.notes.append(
+                f"{summary.blank_user_answers:,} question rows have a blank user_answer "
+                f"(kept as null in parquet, {ANSWER_UNKNOWN} in the arrays)"
+            )
+        if summary.lecture_labels_filled:
+            summary.notes.append(
+                f"{summary.lecture_labels_filled:,} lecture rows had a blank "
+                "answered_correctly; set to -1 (lectures are never labelled)"
+            )
+        record = {"config": {k: str(v) for k, v in asdict(config).items()}}
+        record["summary"] = asdict(summary) | {"share_correct": summary.share_correct}
+        record["memory_estimate"] = asdict(estimate) if estimate else None
+        (tmp / "preprocess_summary.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_run_record(tmp, "preprocess", record["config"])
+    return summary

@@ -1,0 +1,80 @@
+"""What a conversion (common.inputs.kt_datasets) produces, as frames, and writing it: one
+output directory, replaced atomically.
+
+Outputs (one directory, written atomically): train.csv, questions.csv, lectures.csv;
+question_map.csv (raw_problem_id -> content_id), skill_map.csv (raw_skill_id -> tag),
+user_map.csv (user_id -> raw ids, source file and line, fold); user_folds.csv (user_id,fold)
+when the dataset ships user folds, listing only students in a held-out fold; and
+conversion.json (inputs with sha256, counts, share correct, `filled_in`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from common.files import atomic_dir
+
+OUTPUT_FILES: tuple[str, ...] = (
+    "train.csv",
+    "questions.csv",
+    "lectures.csv",
+    "question_map.csv",
+    "skill_map.csv",
+    "user_map.csv",
+    "conversion.json",
+)  # plus user_folds.csv when the dataset ships folds
+
+
+@dataclass
+class ConvertedDataset:
+    """Everything written to the output directory, as frames, plus the record."""
+
+    train: pd.DataFrame
+    questions: pd.DataFrame
+    lectures: pd.DataFrame
+    question_map: pd.DataFrame
+    skill_map: pd.DataFrame
+    user_map: pd.DataFrame
+    user_folds: pd.DataFrame | None
+    record: dict = field(default_factory=dict)
+
+
+def write_train_csv(train: pd.DataFrame, path: Path) -> None:
+    """train.csv as the competition writes it (plain integers, empty for missing), through
+    pyarrow: about 20x faster than DataFrame.to_csv on these all-integer rows."""
+    table = pa.Table.from_pandas(train, preserve_index=False)
+    with open(path, "wb") as handle:
+        handle.write((",".join(train.columns) + "\n").encode())  # pyarrow would quote it
+        pacsv.write_csv(table, handle, pacsv.WriteOptions(include_header=False))
+
+
+def write_converted(converted: ConvertedDataset, output_dir: str | Path) -> Path:
+    """Write every output file into `output_dir`, atomically as one directory. An existing
+    `output_dir` is replaced only if it is empty or an earlier conversion."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and (
+        not output_dir.is_dir()
+        or (any(output_dir.iterdir()) and not (output_dir / "conversion.json").exists())
+    ):
+        raise FileExistsError(
+            f"{output_dir}: expected a new or empty directory or an earlier conversion "
+            "(with conversion.json); refusing to replace it"
+        )
+    with atomic_dir(output_dir) as tmp:
+        write_train_csv(converted.train, tmp / "train.csv")
+        converted.questions.to_csv(tmp / "questions.csv", index=False)
+        converted.lectures.to_csv(tmp / "lectures.csv", index=False)
+        converted.question_map.to_csv(tmp / "question_map.csv", index=False)
+        converted.skill_map.to_csv(tmp / "skill_map.csv", index=False)
+        converted.user_map.to_csv(tmp / "user_map.csv", index=False)
+        if converted.user_folds is not None:
+            converted.user_folds.to_csv(tmp / "user_folds.csv", index=False)
+        text = json.dumps(converted.record, indent=2, sort_keys=True) + "\n"
+        (tmp / "conversion.json").write_text(text)
+    return output_dir

@@ -1,0 +1,142 @@
+"""Teacher-forced, batched prediction of validation tails with the full history as context.
+
+Each student's prediction runs exactly as the online state does (common/stream/online.py), only
+batched over students and over many containers at once: the state starts at the
+student's last `receptive_field` history questions (common/model/saint.py: all a prediction
+can depend on) and moves through them, then through the validation questions, in chunks
+of whole containers, each attending to the cached keys of the `window` questions before
+it. Predictions therefore equal streaming predictions for the same rows (tested), and
+equal what a forward pass over the student's whole history gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from common.data.features import FlatSource, QuestionSequences, step_inputs
+from common.model.saint import SAINT
+
+
+def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    return {
+        name: torch.from_numpy(np.ascontiguousarray(value)).to(device, non_blocking=True)
+        for name, value in batch.items()
+    }
+
+
+@dataclass
+class Plan:
+    """One student's steps: chunks through the history's last receptive field, then
+    through the questions to predict."""
+
+    session_start: int
+    steps: list[tuple[int, int, int, int]]  # (query_from, query_count, key_from, key_count)
+
+
+def plan_student(
+    container_first: np.ndarray, history: int, end: int, context: int, chunk: int
+) -> Plan:
+    """container_first: the student's (n,) container-start positions. Questions
+    [history, end) are to be predicted after the history [0, history). The state starts
+    `context` questions before them (or at 0) and moves through the history, then through
+    the questions to predict, in chunks of whole containers (at most `chunk` questions,
+    unless one container is longer; a chunk never straddles `history`); a step's keys
+    run up to the first question of its last container."""
+    start = max(0, history - context)
+    steps = []
+    key_from = position = start
+    while position < end:
+        limit = history if position < history else end
+        stop = min(position + chunk, limit)
+        # a chunk holds whole containers: move the stop back to a container start
+        while stop < limit and container_first[stop] != stop and stop > position + 1:
+            stop -= 1
+        while stop < limit and container_first[stop] != stop:
+            stop += 1  # a single container longer than the chunk
+        last_first = max(int(container_first[stop - 1]), start)
+        steps.append((position, stop - position, key_from, last_first - key_from + 1))
+        key_from, position = last_first + 1, stop
+    return Plan(start, steps)
+
+
+@torch.no_grad()
+def predict_tails(
+    model: SAINT,
+    sequences: QuestionSequences,
+    students: np.ndarray,
+    history: np.ndarray,
+    end: np.ndarray,
+    device: torch.device,
+    batch_size: int = 256,
+    chunk: int | None = None,
+) -> np.ndarray:
+    """Probabilities for questions [history[i], end[i]) of each students[i], as a flat
+    array aligned with np.concatenate of those ranges (student order as given).
+
+    Continuous batching: `batch_size` rows each work through one student's steps; a row
+    whose student is done takes the next student (its cache entries are invalidated), so
+    short and long students share batches without padding whole runs.
+    """
+    window = model.config.window
+    chunk = chunk or window
+    model.eval()
+    out = np.zeros(int((end - history).sum()), dtype=np.float32)
+    out_start = np.concatenate(([0], np.cumsum(end - history)[:-1])).astype(np.int64)
+    plans = []
+    for s, h, e in zip(students, history, end):  # noqa: B905 (Python 3.7: the Kaggle bundle)
+        cf = sequences.container_first[sequences.offsets[s] : sequences.offsets[s + 1]]
+        plans.append(plan_student(cf, int(h), int(e), model.config.receptive_field, chunk))
+    queue = list(np.argsort([-len(p.steps) for p in plans], kind="stable"))[::-1]
+    rows = min(batch_size, len(plans))
+    member = np.full(rows, -1, dtype=np.int64)  # index into plans, -1 idle
+    step_of = np.zeros(rows, dtype=np.int64)
+    source = FlatSource(sequences)
+    cache = model.empty_cache(rows, window + chunk)
+    while True:
+        for row in np.flatnonzero(member < 0):
+            if not queue:
+                break
+            member[row], step_of[row] = queue.pop(), 0
+            cache.reset(torch.tensor([row]))  # a new student: forget the previous keys
+        active = member >= 0
+        if not active.any():
+            break
+        if not queue and not active.all():  # the tail: drop idle rows from the batch
+            keep = np.flatnonzero(active)
+            cache = cache.select(torch.as_tensor(keep, device=device))
+            member, step_of, rows = member[keep], step_of[keep], len(keep)
+            active = member >= 0
+        spec = np.zeros((rows, 4), dtype=np.int64)
+        session = np.zeros(rows, dtype=np.int64)
+        owner = np.zeros(rows, dtype=np.int64)
+        for row in np.flatnonzero(active):
+            plan = plans[member[row]]
+            spec[row] = plan.steps[step_of[row]]
+            session[row] = plan.session_start
+            owner[row] = students[member[row]]
+        query_from, query_count, key_from, key_count = spec.T
+        inputs = step_inputs(
+            source,
+            owner,
+            session,
+            query_from,
+            query_count,
+            key_from,
+            key_count,
+            model.config.n_questions,
+        )
+        logits = model(to_tensors(inputs, device), cache)
+        probability = torch.sigmoid(logits.float()).cpu().numpy()
+        for row in np.flatnonzero(active):
+            i = member[row]
+            q_from, q_count = int(query_from[row]), int(query_count[row])
+            if q_count and q_from >= history[i]:  # the history block is context only
+                at = out_start[i] + q_from - history[i]
+                out[at : at + q_count] = probability[row, :q_count]
+            step_of[row] += 1
+            if step_of[row] == len(plans[i].steps):
+                member[row] = -1
+    return out

@@ -1,0 +1,206 @@
+"""05's input: every fold's streamed question rows (04's stream_predictions.parquet),
+checked against stage 1's data and the fold (each streamed question row once, labels and
+ids as in the data, probabilities), with the keys of 05's slices, the baselines' scores
+(common.report.baselines, common.report.feature_baseline) and, on demo data, the true probability as
+the oracle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from common.data.dataset import Dataset
+from common.data.features import QuestionSequences
+from common.data.folds import Fold, FoldMismatchError, check_fold_fingerprint
+from common.data.past_features import question_skills
+from common.data.question_rates import training_entries
+from common.data.schema import QUESTION
+from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, folds_holding
+from common.report.baselines import BaselineConfig, baseline_scores
+from common.report.feature_baseline import (
+    FEATURE_BASELINE,
+    FeatureBaselineConfig,
+    fit_feature_baseline,
+    score_feature_baseline,
+)
+
+MODEL = "model"
+ORACLE = "oracle"
+PREDICTION_COLUMNS = ("row_id", "global_row", "content_id", "answered_correctly", "prediction")
+
+
+def discover_folds(run_dir: Path) -> list[int]:
+    """Fold indices k with run_dir/fold{k}/stream_predictions.parquet, ascending."""
+    return folds_holding(run_dir, STREAM_PREDICTIONS)
+
+
+def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.ndarray:
+    """Number of questions in the task container of each flat entry."""
+    n = len(sequences.row)
+    opens = np.ones(n, dtype=bool)
+    opens[1:] = sequences.container_first[1:] != sequences.container_first[:-1]
+    opens[sequences.offsets[:-1][sequences.offsets[:-1] < n]] = True
+    starts = np.flatnonzero(opens)
+    ends = np.append(starts[1:], n)
+    which = np.searchsorted(starts, entries, side="right") - 1
+    return ends[which] - starts[which]
+
+
+def load_fold_rows(
+    output_dir: Path,
+    run_dir: Path,
+    fold_index: int,
+    data: Dataset,
+    baselines: BaselineConfig,
+    features: FeatureBaselineConfig | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One fold's streamed question rows with labels from the data arrays, the slice
+    keys and the baselines (the boosted-features one unless `features` is None, fitted
+    on the fold's training rows); the data and folds from output_dir, the predictions from
+    the run's folder. Raises if the predictions file does not match the fold."""
+    path = fold_dir(run_dir, fold_index) / STREAM_PREDICTIONS
+    summary = stream_summary(run_dir, fold_index)
+    check_fold_fingerprint(summary.get("fold_fingerprint"), output_dir, fold_index, str(path))
+    predictions = pd.read_parquet(path)
+    missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
+    if missing:
+        raise ValueError(f"{path}: columns {missing} missing; found {list(predictions.columns)}")
+    fold = Fold.load(output_dir, fold_index)
+    arrays, sequences = data.arrays, data.sequences
+    global_row = predictions["global_row"].to_numpy().astype(np.int64)
+    entries = np.searchsorted(sequences.row, global_row)
+    inside = entries < len(sequences.row)
+    is_question = np.zeros(len(entries), dtype=bool)
+    is_question[inside] = sequences.row[entries[inside]] == global_row[inside]
+    if not is_question.all():
+        i = int(np.argmin(is_question))
+        raise ValueError(f"{path}: global_row {global_row[i]} is not a question row of the data")
+
+    streamed_type = np.asarray(arrays["content_type_id"])[fold.stream_index]
+    stream = fold.stream_index[streamed_type == QUESTION]
+    if len(global_row) != len(stream) or not np.array_equal(np.sort(global_row), np.sort(stream)):
+        unique = len(np.unique(global_row))
+        raise ValueError(
+            f"{path}: expected each of the fold's {len(stream):,} streamed question rows "
+            f"once, found {len(global_row):,} rows ({unique:,} distinct, "
+            f"{len(np.setdiff1d(stream, global_row)):,} of the stream missing)"
+        )
+    _check_agrees(path, "row_id", predictions["row_id"], np.asarray(arrays["row_id"])[global_row])
+    _check_agrees(path, "content_id", predictions["content_id"], sequences.question[entries])
+    label = sequences.response[entries].astype(np.int8)
+    _check_agrees(path, "answered_correctly", predictions["answered_correctly"], label)
+    student = np.searchsorted(sequences.offsets, entries, side="right") - 1
+    new_student = fold.user_cut[student] == 0
+    if "new_student" in predictions.columns:
+        _check_agrees(path, "new_student", predictions["new_student"], new_student)
+    score = predictions["prediction"].to_numpy(dtype=np.float64)
+    if not np.all((score >= 0) & (score <= 1)):
+        raise ValueError(f"{path}: predictions must be probabilities in [0, 1]")
+
+    rows = pd.DataFrame(
+        {
+            "fold": fold_index,
+            "row_id": predictions["row_id"].to_numpy(),
+            "global_row": global_row,
+            "user_id": np.asarray(arrays.users)[student],
+            "content_id": sequences.question[entries],
+            "label": label,
+            MODEL: score,
+            "new_student": new_student,
+            "part": sequences.part[entries],
+            "history_length": entries - sequences.offsets[student],
+            "container_size": container_sizes(sequences, entries),
+        }
+    )
+    if "group_num" in predictions.columns:
+        rows["group_num"] = predictions["group_num"].to_numpy()
+    for name, values in baseline_columns(data, fold, entries, baselines, features, seed).items():
+        rows[name] = values
+    return rows
+
+
+def streamed_entries(data: Dataset, fold: Fold) -> np.ndarray:
+    """Flat entries of the fold's streamed question rows: what 05 scores."""
+    streamed_type = np.asarray(data.arrays["content_type_id"])[fold.stream_index]
+    stream = fold.stream_index[streamed_type == QUESTION]
+    return np.searchsorted(data.sequences.row, stream)
+
+
+def baseline_columns(
+    data: Dataset,
+    fold: Fold,
+    entries: np.ndarray,
+    baselines: BaselineConfig,
+    features: FeatureBaselineConfig | None = None,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Every baseline's scores of the flat entries: both of common.report.baselines and, unless
+    `features` is None, the boosted features fitted on the fold's training rows."""
+    sequences = data.sequences
+    cut_row = data.arrays.offsets[:-1] + fold.user_cut
+    scores = baseline_scores(sequences, entries, cut_row, data.n_questions, baselines)
+    if features is not None:
+        skill = question_skills(data.questions, data.n_questions)
+        train = training_entries(sequences, cut_row)
+        fitted = fit_feature_baseline(
+            sequences, train, skill, data.n_questions, baselines.question_prior, features, seed
+        )
+        scores[FEATURE_BASELINE] = score_feature_baseline(fitted, sequences, entries, skill)
+    return scores
+
+
+def stream_summary(run_dir: Path, fold_index: int) -> dict:
+    """04's summary of fold `fold_index`'s stream (checkpoint, its selection, fold)."""
+    path = fold_dir(run_dir, fold_index) / STREAM_SUMMARY
+    if not path.exists():
+        raise FoldMismatchError(
+            f"{path} not found: 04_infer.py writes it beside {STREAM_PREDICTIONS}, with the "
+            f"checkpoint and folds the predictions come from"
+        )
+    return json.loads(path.read_text())
+
+
+def selection_note(summaries: dict[int, dict]) -> str:
+    """Which checkpoint scored each fold and what chose it, in one sentence."""
+    chosen = {
+        "inner": "chosen on an inner split of the fold's training students (neither trained "
+        "nor selected on the scored rows)",
+        "fold": "chosen on these very rows (--select-on fold: optimistic)",
+        None: "named by hand",
+    }
+    parts = []
+    for k, summary in sorted(summaries.items()):
+        how = chosen.get(summary.get("checkpoint_selected_on"), "unknown")
+        name = Path(str(summary.get("checkpoint", "?"))).name
+        parts.append(f"fold {k}: {name} (epoch {summary.get('checkpoint_epoch')}), {how}")
+    return "Checkpoints: " + "; ".join(parts) + "."
+
+
+def _check_agrees(path: Path, column: str, given: pd.Series, expected: np.ndarray) -> None:
+    given = given.to_numpy()
+    differs = given.astype(np.int64) != np.asarray(expected).astype(np.int64)
+    if differs.any():
+        i = int(np.argmax(differs))
+        raise ValueError(
+            f"{path}: column {column!r} disagrees with the data arrays on {differs.sum():,} "
+            f"rows, e.g. row {i}: file has {given[i]}, data has {expected[i]}"
+        )
+
+
+def add_oracle(rows: pd.DataFrame, truth_path: Path) -> pd.DataFrame:
+    """Join demo_truth.csv (row_id, p_true) as the oracle score; every row must have one."""
+    truth = pd.read_csv(truth_path, usecols=["row_id", "p_true"])
+    if truth["row_id"].duplicated().any():
+        raise ValueError(f"{truth_path}: duplicate row_id values")
+    p_true = truth.set_index("row_id")["p_true"].reindex(rows["row_id"].to_numpy()).to_numpy()
+    if np.isnan(p_true).any():
+        raise ValueError(
+            f"{truth_path}: {int(np.isnan(p_true).sum()):,} streamed rows have no p_true"
+        )
+    rows = rows.copy()
+    rows[ORACLE] = p_true
+    return rows

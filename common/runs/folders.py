@@ -1,0 +1,157 @@
+"""Runs: one experiment per folder, output/runs/NAME/ (layout.run_dir), beside the data/
+and folds/ every run shares.
+
+A run's name is `03_train.py --run NAME`, or by default one derived from the config
+(`run_name`: the model preset, d_model and a digest of the config's identity), so two
+configurations never share a folder by accident and the same one finds its own again.
+Before training a fold, `claim_fold_dir` refuses a non-empty fold folder unless it holds
+the same configuration and --resume was given, or --overwrite was.
+
+The identity of a configuration is every TrainConfig field but those that say how long
+or where a run goes (RUN_CONTROL): --resume may extend a run's epochs or move it to
+another device; anything else is another experiment.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from common import layout
+from common.errors import UserError
+from common.files import json_values
+from common.model.checkpoint import dict_differences
+from common.model.saint import preset_name
+
+if TYPE_CHECKING:  # annotations only: training's config is a stage above
+    from common.train.config import TrainConfig
+
+# fields that do not change what a run computes, or only how far it goes
+RUN_CONTROL = (
+    "fold", "full_data", "epochs", "patience", "resume", "device", "progress", "compile",
+    "micro_batch", "valid_batch_size",
+)  # fmt: skip
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+
+
+class RunClashError(UserError):
+    """A fold folder holds another run's files."""
+
+
+def check_run_name(name: str) -> str:
+    if not NAME_PATTERN.fullmatch(name):
+        raise UserError(
+            f"run name {name!r}: use letters, digits and . _ + - (at most 100, not starting "
+            "with a symbol)"
+        )
+    return name
+
+
+def identity(train_config: dict) -> dict:
+    """The fields of a TrainConfig dict that define the experiment (not RUN_CONTROL)."""
+    return json_values({k: v for k, v in train_config.items() if k not in RUN_CONTROL})
+
+
+def run_name(config: TrainConfig) -> str:
+    """The default run name: `{preset}-d{d_model}-{digest}`, the digest (8 hex digits) of
+    the config's identity."""
+    text = json.dumps(identity(asdict(config)), sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{preset_name(config.model.decoder_features)}-d{config.model.d_model}-{digest}"
+
+
+def recorded_config(folder: Path) -> dict | None:
+    """The TrainConfig dict a fold folder's run recorded (config.json, or train_run.json
+    when the first epoch never finished); None when neither exists."""
+    config = folder / layout.CONFIG_FILE
+    if config.exists():
+        values = json.loads(config.read_text())
+        return {k: v for k, v in values.items() if k != "recorded"}
+    record = folder / "train_run.json"
+    if record.exists():
+        values = json.loads(record.read_text()).get("config", {})
+        return {k: v for k, v in values.items() if k != "model_config"}
+    return None
+
+
+def claim_fold_dir(folder: Path, config: TrainConfig, *, overwrite: bool) -> bool:
+    """Check that training may write into `folder`: empty, or holding this config's run
+    with --resume; --overwrite empties it first. Returns True when it removed files."""
+    if not folder.exists() or not any(folder.iterdir()):
+        return False
+    if overwrite:
+        shutil.rmtree(folder)
+        return True
+    held = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
+    recorded = recorded_config(folder)
+    if recorded is None:
+        raise RunClashError(
+            f"{folder} is not empty ({held}, ...) and records no config: choose another "
+            "--run NAME, or --overwrite to replace it"
+        )
+    differences = dict_differences(identity(recorded), identity(asdict(config)))
+    if differences:
+        raise RunClashError(
+            f"{folder} holds a run of another config (recorded vs now: {differences}); "
+            "choose another --run NAME, or --overwrite to replace it"
+        )
+    if not config.resume:
+        raise RunClashError(
+            f"{folder} already holds this config's run ({held}, ...): --resume continues "
+            "it, --overwrite starts it again"
+        )
+    return False
+
+
+def existing_runs(output_dir: Path) -> list[str]:
+    root = layout.runs_dir(output_dir)
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def choose_run(output_dir: Path, run: str | None, latest: str | None) -> str:
+    """The run 04 or 05 works on: `run` if given; else the only run, or `latest` (the run
+    the runs table names last: trained, for 04; streamed, for 05) among several."""
+    if run:
+        check_run_name(run)
+        if not layout.run_dir(output_dir, run).is_dir():
+            known = ", ".join(existing_runs(output_dir)) or "none"
+            raise UserError(f"no run {run!r} in {layout.runs_dir(output_dir)} (runs: {known})")
+        return run
+    runs = existing_runs(output_dir)
+    if not runs:
+        raise UserError(f"no runs in {layout.runs_dir(output_dir)}: run 03_train.py first")
+    if len(runs) == 1:
+        return runs[0]
+    if latest in runs:
+        print(f"run: {latest} (the latest in {layout.RUNS_TABLE}; --run NAME for another)")
+        return latest
+    raise UserError(f"several runs ({', '.join(runs)}): choose one with --run NAME")
+
+
+@functools.cache
+def commit() -> str:
+    """The code's git commit (12 digits, '-dirty' with uncommitted changes to tracked
+    files), or 'unknown' outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30
+        )
+        if done.returncode != 0:
+            raise OSError(done.stderr)
+        return done.stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head

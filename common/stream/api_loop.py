@@ -1,0 +1,56 @@
+"""The competition's test-API loop, the same for the local emulator (04_infer.py) and the
+real `riiideducation` API in a Kaggle notebook: each group is predicted from its test_df's
+question rows, as the organisers' starter code does, and handed back before the next group
+is asked for. This module ships in the Kaggle bundle: Python 3.7, torch 1.7, pandas 1.1."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+from tqdm import tqdm
+
+from common.data.schema import QUESTION
+
+
+def group_predictions(test_df: pd.DataFrame, probability) -> pd.DataFrame:
+    """The frame env.predict() takes: row_id and answered_correctly of test_df's question
+    rows, in test_df's order (`probability` has one value per question row). Built from
+    test_df itself, not from sample_prediction_df, whose rows the API does not promise to
+    be the group's question rows."""
+    question = test_df["content_type_id"].to_numpy() == QUESTION
+    row_id = test_df["row_id"].to_numpy()[question]
+    if len(row_id) != len(probability):
+        raise ValueError(
+            f"{len(probability)} predictions for a group of {len(row_id)} question rows"
+        )
+    return pd.DataFrame({"row_id": row_id, "answered_correctly": probability})
+
+
+def stream_loop(env, state, progress: bool = True) -> dict:
+    """Run the API loop: predict each group with `state.predict(test_df)` (an
+    common.stream.online.OnlineState), hand the predictions back. Returns counts and timing: the
+    whole loop, and the part spent predicting (everything but the API's own calls,
+    iter_test and env.predict)."""
+    rows = groups = 0
+    predicting = 0.0
+    begin = time.perf_counter()
+    bar = tqdm(env.iter_test(), desc="groups", unit=" groups", disable=not progress)
+    for test_df, _sample in bar:
+        start = time.perf_counter()
+        predictions = group_predictions(test_df, state.predict(test_df))
+        predicting += time.perf_counter() - start
+        env.predict(predictions)
+        rows += len(predictions)
+        groups += 1
+        if progress:
+            bar.set_postfix(rows=rows, refresh=False)
+    seconds = time.perf_counter() - begin
+    return {
+        "rows": rows,
+        "groups": groups,
+        "seconds": seconds,
+        "rows_per_s": rows / seconds if seconds else float("nan"),
+        "predict_seconds": predicting,
+        "predict_rows_per_s": rows / predicting if predicting else float("nan"),
+    }

@@ -1,0 +1,203 @@
+"""04_infer.py's logic: a fold's validation rows streamed through the emulated API, its
+predictions and metric table, the run's out-of-fold file and its row of runs.csv. The
+loop itself is common.stream.api_loop (the Kaggle notebook runs the same one,
+common.stream.kaggle_notebook); the Kaggle export is common.stream.kaggle_export."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from common.data.dataset import Dataset
+from common.data.folds import Fold, check_fold_fingerprint, load_fold_data
+from common.device import device_option, resolve_device
+from common.files import atomic_file, json_values, write_json, write_run_record, write_text
+from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, VALIDATION_PREDICTIONS, fold_dir
+from common.metrics import slice_table, student_and_part_slices
+from common.model.checkpoint import load_model, read_checkpoint
+from common.options import option, progress_option
+from common.runs.folders import commit
+from common.runs.oof import write_oof
+from common.runs.provenance import epochs_trained
+from common.runs.table import append_run_row, config_columns
+from common.stream.api_loop import stream_loop
+from common.stream.emulator import Emulator, EmulatorConfig
+from common.stream.online import OnlineState, build_snapshot
+
+
+@dataclass
+class InferConfig:
+    fold: int = option(0, "the fold whose validation rows are streamed")
+    full: bool = option(
+        False,
+        "export the run's full-data model (full/, from 03 --full-data) as the Kaggle bundle "
+        "instead of streaming a fold (it has no validation rows)",
+    )
+    device: str = device_option()
+    stream: EmulatorConfig = field(default_factory=EmulatorConfig)  # how groups are cut
+    cache_students: int = option(
+        4096, "students whose model cache stays in memory (LRU beyond; rebuilt from the ring)"
+    )
+    checkpoint: str = option("best.pt", "file in the run's fold{k}/")
+    progress: bool = progress_option()
+    # past it the run stops with StateMemoryError rather than being killed by the OS
+    max_state_memory: float | None = option(
+        None,
+        "the online state's budget (student rings + cache pool): the cache pool shrinks to "
+        "fit it, and a student who would not fit stops the run with a message (the total is "
+        "in stream_summary.json; unbounded by default, 9 GB with --competition)",
+        metavar="GB",
+    )
+
+    @property
+    def max_state_bytes(self) -> int | None:
+        return None if self.max_state_memory is None else int(self.max_state_memory * 1e9)
+
+
+def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
+    """AUC overall, for new and continuing students, and by part (1-7)."""
+    part = parts[np.clip(results["content_id"].to_numpy(), 0, len(parts) - 1)]
+    slices = student_and_part_slices(results["new_student"].to_numpy(), part, range(1, 8))
+    table = slice_table(
+        results["answered_correctly"].to_numpy(), {"model": results["prediction"]}, slices
+    )
+    names = {"all": "{}", "student": "{} students", "part": "part {}"}
+    pairs = table[["slice", "value"]].itertuples(index=False)
+    return pd.DataFrame(
+        {
+            "slice": [names[k].format(v) for k, v in pairs],
+            "rows": table["rows"],
+            "auc": table["auc_model"],
+            "share_correct": table["share_correct"],
+        }
+    )
+
+
+def fold_state(
+    output_dir: Path, config: InferConfig, model, device: torch.device, dataset: Dataset
+) -> OnlineState:
+    """The online state at the start of fold `config.fold`'s stream: every student's
+    training questions (the fold's snapshot is dropped on return)."""
+    data = load_fold_data(output_dir, config.fold, dataset=dataset)
+    snapshot = build_snapshot(
+        data.sequences, dataset.arrays.users, data.train_length, model.config.receptive_field
+    )
+    return OnlineState(
+        model, dataset.parts, device, snapshot, config.cache_students, config.max_state_bytes
+    )
+
+
+def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
+    """Stream fold `config.fold`'s validation rows (from output_dir's data/ and folds/)
+    through the emulator with the run's checkpoint; write the fold's outputs, the run's
+    oof.parquet and a row of output/runs.csv."""
+    begin = time.perf_counter()
+    folder = fold_dir(run_dir, config.fold)
+    device = resolve_device(config.device)
+    model, checkpoint = load_model(folder / config.checkpoint, device)
+    fingerprint = checkpoint.get("fold_fingerprint")
+    check_fold_fingerprint(fingerprint, output_dir, config.fold, str(folder / config.checkpoint))
+    dataset = Dataset.load(output_dir)
+    fold = Fold.load(output_dir, config.fold)
+    state = fold_state(output_dir, config, model, device, dataset)
+    arrays, parts = dataset.arrays, dataset.parts
+    del dataset  # the sequences are not needed while streaming
+    env = Emulator.from_fold(arrays, fold, config.stream)
+    timing = stream_loop(env, state, config.progress)
+    results = env.results()
+    student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1
+    results["new_student"] = fold.user_cut[student] == 0
+    table = stream_metrics(results, parts)
+    summary = {
+        "fold": config.fold,
+        "checkpoint": str(folder / config.checkpoint),
+        "checkpoint_digest": checkpoint.get("model_digest"),
+        "checkpoint_epoch": checkpoint.get("epoch"),
+        # how the checkpoint was chosen: "inner" (an inner split of the training
+        # students), "fold" (these very rows), or None (a checkpoint named by hand)
+        "checkpoint_selected_on": checkpoint.get("selected_on")
+        if config.checkpoint == "best.pt"
+        else None,
+        "fold_fingerprint": fingerprint,
+        "auc": float(table.loc[0, "auc"]),
+        **timing,
+        "state_bytes_per_student": state.state_bytes_per_student(),
+        "state_bytes": state.state_bytes(),
+        "cache_students": config.cache_students,
+        "cache_builds": state.builds,
+        "cache_rebuilds": state.rebuilds,
+        "cache_evictions": state.pool.evictions,
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+    }
+    summary["stream_config"] = json_values(asdict(config.stream))
+    write_outputs(folder, results, table, summary)
+    write_oof(run_dir)
+    append_run_row(output_dir, stream_row(run_dir, checkpoint, summary, begin))
+    write_run_record(folder, "infer", asdict(config))
+    return summary
+
+
+def streamed_already(run_dir: Path, config: InferConfig) -> bool:
+    """Whether fold `config.fold` was streamed with this checkpoint (same weights digest)
+    and these stream settings: `04 --fold all` then keeps its outputs."""
+    path = fold_dir(run_dir, config.fold) / STREAM_SUMMARY
+    if not path.exists() or not (fold_dir(run_dir, config.fold) / STREAM_PREDICTIONS).exists():
+        return False
+    summary = json.loads(path.read_text())
+    checkpoint = read_checkpoint(fold_dir(run_dir, config.fold) / config.checkpoint)
+    digest = checkpoint.get("model_digest")
+    same_model = digest is not None and summary.get("checkpoint_digest") == digest
+    return same_model and summary.get("stream_config") == json_values(asdict(config.stream))
+
+
+def stream_row(run_dir: Path, checkpoint: dict, summary: dict, begin: float) -> dict:
+    """The fold's stream as a row of output/runs.csv."""
+    epoch = checkpoint.get("epoch")
+    history = {r["epoch"]: r for r in checkpoint.get("history", [])}
+    return {
+        "run": run_dir.name,
+        "stage": "stream",
+        "folds": str(summary["fold"]),
+        "commit": commit(),
+        **config_columns(checkpoint.get("train_config", {})),
+        "epochs": epochs_trained(run_dir, summary["fold"]),
+        "batch_size": checkpoint.get("resolved", {}).get("batch_size"),
+        "best_epoch": epoch,
+        "selected_on": summary["checkpoint_selected_on"] or "by hand",
+        "tf_auc": history.get(epoch, {}).get("fold_auc"),
+        "stream_auc": summary["auc"],
+        "rows_per_s": summary["rows_per_s"],
+        "wall_s": time.perf_counter() - begin,
+    }
+
+
+def write_outputs(folder: Path, results: pd.DataFrame, table: pd.DataFrame, summary: dict):
+    with atomic_file(folder / VALIDATION_PREDICTIONS) as tmp:
+        results[["row_id", "prediction"]].rename(
+            columns={"prediction": "answered_correctly"}
+        ).to_csv(tmp, index=False)
+    with atomic_file(folder / STREAM_PREDICTIONS) as tmp:
+        results.to_parquet(tmp, index=False)
+    with atomic_file(folder / "stream_metrics.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    lines = ["| slice | rows | AUC | share correct |", "|---|---:|---:|---:|"]
+    lines += [
+        f"| {r.slice} | {r.rows:,} | {r.auc:.4f} | {r.share_correct:.3f} |"
+        for r in table.itertuples()
+    ]
+    lines += [
+        "",
+        f"{summary['rows']:,} question rows in {summary['groups']:,} groups, "
+        f"{summary['seconds']:.1f} s, {summary['rows_per_s']:,.0f} rows/s "
+        f"({summary['device']}, {summary['torch_threads']} threads); predicting alone "
+        f"(without the API's own calls) {summary['predict_rows_per_s']:,.0f} rows/s",
+    ]
+    write_text(folder / "stream_metrics.md", "\n".join(lines) + "\n")
+    write_json(folder / STREAM_SUMMARY, summary)

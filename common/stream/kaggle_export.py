@@ -1,0 +1,217 @@
+"""04's export for Kaggle: a dataset folder and, beside it, a kernel folder, so that
+
+    kaggle datasets create -p <kaggle-dir>/dataset --dir-mode zip
+    kaggle kernels push -p <kaggle-dir>/kernel
+
+is the whole submission.
+
+<kaggle-dir>/dataset/
+    dataset-metadata.json      the dataset's id (from --kaggle-dataset-id or $KAGGLE_USERNAME)
+    code/common/               common.stream.kaggle_notebook and the modules it imports: the
+                               inference code only, written for the competition's Python 3.7
+    fold{k}/ or full/best.pt   the checkpoint 04 streamed (or the full-data model), its
+                               model and weights only, readable by torch 1.7
+    state/snapshot.npz         every student's last receptive_field questions (all of
+                               train.csv: a test student's train.csv history precedes the test)
+    state/parts.npy            part by question id
+<kaggle-dir>/kernel/
+    submission.ipynb           one cell: common.stream.kaggle_notebook.run_submission
+    kernel-metadata.json       the competition and the dataset as sources, internet off
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from common.data.dataset import Dataset
+from common.files import atomic_dir, write_json, write_text
+from common.layout import (
+    CODE_SUBDIR,
+    KAGGLE_DATASET_SUBDIR,
+    KAGGLE_KERNEL_SUBDIR,
+    PARTS_FILE,
+    SNAPSHOT_FILE,
+    state_dir,
+)
+from common.model.checkpoint import save_inference_checkpoint
+from common.stream.kaggle_notebook import COMPETITION
+from common.stream.online import Snapshot, build_snapshot
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+PACKAGE = PACKAGE_DIR.name  # "common"
+NOTEBOOK_ENTRY = f"{PACKAGE}.stream.kaggle_notebook"
+ENTRY_FILE = NOTEBOOK_ENTRY.replace(".", "/") + ".py"  # under the bundle's code/
+NOTEBOOK_FILE = "submission.ipynb"
+KAGGLE_INPUT = "/kaggle/input"  # where a notebook's datasets and competition data are
+
+
+@dataclass
+class KaggleIds:
+    """Who the upload belongs to: the dataset's id (`user/slug`) and the kernel's."""
+
+    dataset: str
+    kernel: str | None = None  # default: <user>/<slug>-submission
+    enable_gpu: bool = True
+    docker_image: str | None = None  # kernel-metadata's environment pin, when given
+
+    @property
+    def user(self) -> str:
+        return self.dataset.split("/")[0]
+
+    @property
+    def slug(self) -> str:
+        return self.dataset.split("/")[-1]
+
+    @property
+    def kernel_id(self) -> str:
+        return self.kernel or f"{self.user}/{self.slug}-submission"
+
+
+def module_file(module: str) -> Path:
+    """The source file of a module of the package ("common.stream.online" ->
+    common/stream/online.py; a package -> its __init__.py)."""
+    path = PACKAGE_DIR.parent.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def bundle_modules(entry: str = NOTEBOOK_ENTRY) -> list[str]:
+    """The package's modules that `entry` imports, directly or not (itself included),
+    read from their import statements, and the packages that hold them: what the
+    bundle's code/ holds."""
+    found: set[str] = set()
+    waiting = [entry]
+    while waiting:
+        module = waiting.pop()
+        if module in found:
+            continue
+        found.add(module)
+        parts = module.split(".")
+        waiting += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages
+        for node in ast.walk(ast.parse(module_file(module).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            waiting += [
+                name
+                for name in names
+                if name.split(".")[0] == PACKAGE and module_file(name).is_file()
+            ]
+    return sorted(found)
+
+
+def notebook_cell(slug: str, model: str) -> str:
+    """The notebook's one cell (Python 3.7): the bundle's code first on the path, then
+    run_submission. If the dataset is mounted under another folder name, it is found."""
+    return f'''# Riiid! Answer Correctness Prediction: streams the hidden test through the API with
+# the SAINT model of the dataset "{slug}" (written by 04_infer.py; inference only).
+import glob
+import os
+import sys
+
+BUNDLE = "{KAGGLE_INPUT}/{slug}"
+if not os.path.isdir(os.path.join(BUNDLE, "{CODE_SUBDIR}")):  # mounted under another name
+    entry = "{CODE_SUBDIR}/{ENTRY_FILE}"
+    found = glob.glob("{KAGGLE_INPUT}/**/" + entry, recursive=True)
+    if not found:
+        raise FileNotFoundError("add the dataset {slug} to this notebook (Add data)")
+    BUNDLE = found[0][: -len("/" + entry)]
+sys.path.insert(0, os.path.join(BUNDLE, "{CODE_SUBDIR}"))
+
+from {NOTEBOOK_ENTRY} import run_submission
+
+run_submission(BUNDLE, model="{model}")
+'''
+
+
+def notebook(cell: str) -> dict:
+    """An nbformat 4 notebook of one code cell, with a Python 3 kernel."""
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 4,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": cell.splitlines(keepends=True),
+            }
+        ],
+    }
+
+
+def kernel_metadata(ids: KaggleIds) -> dict:
+    """kernel-metadata.json for `kaggle kernels push`: a private notebook over the
+    competition's data and the dataset, internet off (the competition requires it)."""
+    metadata = {
+        "id": ids.kernel_id,
+        "title": ids.kernel_id.split("/")[-1],  # Kaggle derives the slug from the title
+        "code_file": NOTEBOOK_FILE,
+        "language": "python",
+        "kernel_type": "notebook",
+        "is_private": True,
+        "enable_gpu": ids.enable_gpu,
+        "enable_tpu": False,
+        "enable_internet": False,
+        "dataset_sources": [ids.dataset],
+        "competition_sources": [COMPETITION],
+        "kernel_sources": [],
+        "model_sources": [],
+    }
+    if ids.docker_image:  # "original": later pushes keep this image, not the latest
+        metadata["docker_image"] = ids.docker_image
+        metadata["docker_image_pinning_type"] = "original"
+    return metadata
+
+
+def write_code(dest: Path) -> None:
+    """The bundle's modules under `dest`, in their packages' folders."""
+    for module in bundle_modules():
+        source = module_file(module)
+        target = dest / source.relative_to(PACKAGE_DIR.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+
+
+def export_kaggle(
+    output_dir: Path, checkpoint: Path, model: str, kaggle_dir: Path, ids: KaggleIds
+) -> tuple[Path, Path]:
+    """Write <kaggle_dir>/dataset/ (the model `checkpoint` as <model>/best.pt, every
+    student's state, the inference code) and <kaggle_dir>/kernel/ (see the module
+    docstring); each folder appears whole or not at all. Returns both."""
+    dataset_dir = kaggle_dir / KAGGLE_DATASET_SUBDIR
+    kernel_dir = kaggle_dir / KAGGLE_KERNEL_SUBDIR
+    with atomic_dir(dataset_dir) as tmp:
+        config = save_inference_checkpoint(checkpoint, tmp / model / "best.pt")
+        dataset = Dataset.load(output_dir)
+        sequences = dataset.sequences
+        snapshot: Snapshot = build_snapshot(
+            sequences, dataset.arrays.users, sequences.lengths(), config.receptive_field
+        )
+        snapshot.save(state_dir(tmp) / SNAPSHOT_FILE)
+        np.save(str(state_dir(tmp) / PARTS_FILE), dataset.parts)
+        del dataset, sequences, snapshot
+        write_code(tmp / CODE_SUBDIR)
+        write_json(
+            tmp / "dataset-metadata.json",
+            {"title": ids.slug, "id": ids.dataset, "licenses": [{"name": "CC0-1.0"}]},
+        )
+    with atomic_dir(kernel_dir) as tmp:
+        write_text(
+            tmp / NOTEBOOK_FILE, json.dumps(notebook(notebook_cell(ids.slug, model)), indent=1)
+        )
+        write_json(tmp / "kernel-metadata.json", kernel_metadata(ids))
+    return dataset_dir, kernel_dir

@@ -1,0 +1,105 @@
+"""What the Kaggle notebook's cell runs, in the kernel's own Python: find the competition's
+`riiideducation` module, load the bundle's model and every student's state, and stream the
+hidden test through the API (common.stream.api_loop), which writes submission.csv itself.
+
+This module and every module it imports ship in the bundle's code/ (common.stream.kaggle_export
+copies exactly that set) and must run where the API runs: the competition's pinned 2020
+environment, Python 3.7 with torch 1.7, pandas 1.1 and numpy 1.19 (tests run the exported
+cell there, and check the code with a minimum-version checker).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from common.device import resolve_device
+from common.errors import UserError
+from common.layout import PARTS_FILE, SNAPSHOT_FILE, state_dir
+from common.model.checkpoint import load_model
+from common.stream.api_loop import stream_loop
+from common.stream.online import OnlineState, Snapshot
+
+COMPETITION = "riiid-test-answer-prediction"  # its data folder: /kaggle/input/<this>
+API_MODULE = "riiideducation"
+# Kaggle's notebooks have 13 GB of RAM. Besides the online state (rings for every student
+# and the model's cache pool, which this budget sizes) the process holds Python, torch
+# (and a CUDA context on a GPU notebook), the model, each group's frames and, while the
+# state is filled, the snapshot it is filled from.
+COMPETITION_STATE_GB = 9.0
+
+
+class ApiNotFound(UserError, ImportError):
+    """The competition's API module cannot be imported; the message says what to do."""
+
+
+def import_api(competition_dir: Path):
+    """`riiideducation`: importable as it is in the competition's notebooks, or from the
+    competition's data folder (where Kaggle ships it: riiideducation/ with a module
+    compiled for Python 3.7)."""
+    try:
+        return importlib.import_module(API_MODULE)
+    except ImportError as error:
+        first = error
+    shipped = (competition_dir / API_MODULE, competition_dir / f"{API_MODULE}.py")
+    if not any(path.exists() for path in shipped):
+        raise ApiNotFound(
+            f"{API_MODULE} is not importable ({first}) and {competition_dir} holds no "
+            f"{API_MODULE}/: add the competition's data to the notebook (Add data -> "
+            f"Competition -> Riiid! Answer Correctness Prediction)"
+        )
+    sys.path.insert(0, str(competition_dir))
+    try:
+        return importlib.import_module(API_MODULE)
+    except ImportError as error:
+        version = "{}.{}".format(*sys.version_info[:2])
+        raise ApiNotFound(
+            f"{competition_dir / API_MODULE} does not import on Python {version} ({error}): "
+            "the module is compiled for Python 3.7, so pin the notebook to the "
+            "competition's original environment (Settings -> Environment)"
+        ) from error
+
+
+def run_submission(
+    bundle,
+    model: str = "fold0",
+    device: str = "auto",
+    max_state_gb: float | None = None,
+    cache_students: int = 4096,
+    competition_dir=None,
+    progress: bool = False,
+) -> dict:
+    """Stream the competition's test through its API with the bundle's model
+    (<bundle>/<model>/best.pt: fold{k} or full) and state. The state may take
+    `max_state_gb` (default COMPETITION_STATE_GB), which sizes the cache pool; the
+    competition's data folder is looked for beside the bundle unless given."""
+    bundle = Path(bundle)
+    where = Path(competition_dir) if competition_dir else bundle.parent / COMPETITION
+    api = import_api(where)
+    torch_device = resolve_device(device)
+    checkpoint_path = bundle / model / "best.pt"
+    net, checkpoint = load_model(checkpoint_path, torch_device)
+    parts = np.load(str(state_dir(bundle) / PARTS_FILE))
+    budget = COMPETITION_STATE_GB if max_state_gb is None else max_state_gb
+    state = OnlineState(
+        net,
+        parts,
+        torch_device,
+        Snapshot.load(state_dir(bundle) / SNAPSHOT_FILE),
+        cache_students,
+        int(budget * 1e9),
+    )
+    timing = stream_loop(api.make_env(), state, progress)
+    summary = dict(
+        timing,
+        checkpoint=str(checkpoint_path),
+        epoch=checkpoint.get("epoch"),
+        state_bytes=state.state_bytes(),
+        device=str(torch_device),
+    )
+    print(json.dumps(summary))
+    return summary

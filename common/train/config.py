@@ -1,0 +1,148 @@
+"""03_train.py's settings: TrainConfig holds the optimisation, selection and run settings
+and the ModelConfig it trains (whose data-sized fields the Trainer fills in). Each field's
+metadata is its command-line flag and help (common/cli.py)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from common import cli
+from common.device import device_option
+from common.model.checkpoint import dict_differences
+from common.model.saint import MODEL_PRESETS, ModelConfig, preset_name
+from common.options import option, progress_option
+
+
+@dataclass
+class TrainConfig:
+    fold: int = option(0, "the fold to train (validation rows: folds/fold{k}.npz)")
+    # the submission's model: README, "Training the submission"
+    full_data: bool = option(
+        False,
+        "train on every question of every student into the run's full/ (no validation, no "
+        "selection: best.pt is the last epoch); --epochs 0 takes the CV folds' median best "
+        "epoch",
+    )
+    epochs: int = option(20, "most epochs (early stopping may end sooner)")
+    batch_size: int = option(
+        0,
+        "windows' worth of trained questions per optimizer step (0: SAINT's 512, fewer "
+        "when an epoch would take under 64 steps)",
+    )
+    micro_batch: int = option(0, "windows per forward pass (0: 64 on CPU, the batch on CUDA)")
+    span: int = option(
+        0,
+        "questions trained on per training sequence, each after the model's receptive "
+        "field of context (0: 4 receptive fields)",
+    )
+    lr: float = option(1e-3, "peak learning rate")
+    # 0: a tenth of the run's steps, at most SAINT's 4,000 (which assumes Riiid's ~3,000
+    # steps per epoch: on a small data set it would never end)
+    warmup: int = option(0, "warm-up steps (0: a tenth of the run's steps, at most 4000)")
+    schedule: str = option(
+        "noam", "noam (warm-up, then 1/sqrt(step)) or cosine", choices=("noam", "cosine")
+    )
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    grad_clip: float = option(1.0, "gradient norm clip")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tags: bool = option(
+        False, "add the mean embedding of each question's tags (skills) to the encoder input"
+    )
+    seed: int = option(0, "seed of initialization, spans and dropout")
+    device: str = device_option()
+    amp: str = option(
+        "auto",
+        "autocast: auto is bf16 (or fp16) on CUDA, off on CPU",
+        choices=("auto", "bf16", "fp16", "off"),
+    )
+    compile: bool = option(
+        False, "torch.compile the training model (dynamic shapes; pays off on CUDA)"
+    )
+    resume: bool = option(
+        False,
+        "continue from the fold's newest epoch checkpoint (same config; a finished fold "
+        "ends at once)",
+    )
+    patience: int = option(3, "epochs without a better selection AUC before stopping")
+    select_on: str = option(
+        "inner",
+        "early stopping and best.pt on an inner split of the training students (inner) "
+        "or on the fold's validation rows, which 04 and 05 then score (fold: optimistic)",
+        choices=("inner", "fold"),
+    )
+    inner_share: float = option(
+        0.1, "share of the fold's training students in the inner validation split"
+    )
+    valid_batch_size: int = option(256, "students per validation forward pass")
+    progress: bool = progress_option()
+    teacher: str | None = option(None, "checkpoint of a frozen teacher to distill from")
+    distill_alpha: float = option(0.5, "weight of the teacher's soft targets")
+    distill_temperature: float = option(2.0, "distillation temperature")
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0 or (self.epochs == 0 and not self.full_data):
+            raise ValueError("--epochs must be >= 1 (0, from the CV folds, needs --full-data)")
+        if self.model.question_embedding == "rasch" and not self.tags:
+            raise ValueError("question_embedding 'rasch' needs the questions' tags (--tags)")
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        """From a dict as `to_dict` writes it (config.json, checkpoints); unknown keys are
+        refused, in the nested model config too."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown TrainConfig keys {sorted(unknown)}")
+        model = values.get("model", {})
+        if isinstance(model, dict):
+            values = values | {"model": ModelConfig.from_dict(model)}
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def model_config(self, n_questions: int, tag_shape: tuple[int, int] = (0, 1)) -> ModelConfig:
+        """The model config with what the data decides filled in: the question count, and
+        tag_shape (n_tags, max_tags; common.model.tags.tag_shape) when `tags` is on."""
+        n_tags, max_tags = tag_shape if self.tags else (0, 1)
+        return replace(self.model, n_questions=n_questions, n_tags=n_tags, max_tags=max_tags)
+
+
+# the settings that shape a run's trajectory (a resumed run with others differs from an
+# uninterrupted one): a resume notes which differ from the checkpoint's
+SHAPING = (
+    "batch_size", "micro_batch", "span", "lr", "warmup", "schedule", "weight_decay",
+    "grad_clip", "seed", "amp", "teacher", "distill_alpha", "distill_temperature",
+    "select_on", "inner_share",
+)  # fmt: skip
+
+
+def shaping_changes(recorded: dict, config: TrainConfig) -> str:
+    """'key: <checkpoint> vs <now>' for each shaping setting that differs; '' if none."""
+    current = asdict(config)
+    return dict_differences({k: recorded.get(k) for k in SHAPING}, {k: current[k] for k in SHAPING})
+
+
+def add_train_flags(parser, shorthands=("--model", "--layers"), **options) -> None:
+    """TrainConfig's flags (options: as cli.add_config_flags) and the shorthands named:
+    --model (a preset of decoder features) and --layers (both sides)."""
+    cli.add_config_flags(parser, TrainConfig, **options)
+    if "--model" in shorthands:
+        cli.add_shorthand(
+            parser,
+            "--model",
+            lambda name: {"model.decoder_features": MODEL_PRESETS[name]},
+            choices=sorted(MODEL_PRESETS),
+            help="a preset of decoder features: saint (responses only) or saint+ (elapsed, "
+            f"lag) (default: {preset_name(ModelConfig().decoder_features)})",
+        )
+    if "--layers" in shorthands:
+        cli.add_shorthand(
+            parser,
+            "--layers",
+            lambda n: {"model.encoder_layers": n, "model.decoder_layers": n},
+            type=int,
+            metavar="N",
+            help="layers per side (sets --encoder-layers and --decoder-layers) (default: "
+            f"{ModelConfig().encoder_layers})",
+        )
