@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from common import cli
-from common.data.folds import fold_count
+from common.data.fold_data import fold_count
 from common.device import Distributed
 from common.layout import model_dir, run_dir
 from common.runs.folders import run_name

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from common import cli, layout
-from common.data.folds import fold_count
+from common.data.fold_data import fold_count
 from common.errors import UserError
 from common.runs.folders import choose_run
 from common.runs.oof import write_oof

@@ -40,7 +40,7 @@ from benchlib import (
 
 from common import layout
 from common.data.dataset import Dataset
-from common.data.folds import Fold, load_fold_data
+from common.data.fold_data import Fold, load_fold_data
 from common.metrics import auc_or_nan
 from common.report.baselines import BaselineConfig, baseline_scores
 from common.tables import markdown_table

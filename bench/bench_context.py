@@ -47,7 +47,7 @@ from benchlib import (
 )
 
 from common.data.features import window_inputs
-from common.data.folds import FoldData, load_fold_data
+from common.data.fold_data import FoldData, load_fold_data
 from common.files import write_json
 from common.metrics import auc_or_nan
 from common.model.checkpoint import load_model

@@ -55,7 +55,7 @@ from benchlib import BENCH_RUN, bench_fold, bench_run, flags, link_data, relativ
 
 from common.cli import config_from_args, to_argv
 from common.data.dataset import Dataset
-from common.data.folds import Fold
+from common.data.fold_data import Fold
 from common.files import environment, file_lock, write_json, write_text
 from common.inputs.kt_datasets import MULTI_SKILL_MODES, PRESETS
 from common.metrics import score_metrics

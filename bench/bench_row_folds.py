@@ -19,7 +19,8 @@ import numpy as np
 from benchlib import Report, peak_gb, results_flag
 
 from common.data.arrays import TrainArrays
-from common.data.folds import Fold, write_row_folds
+from common.data.fold_data import Fold
+from common.data.folds import write_row_folds
 
 ROWS, STUDENTS, FOLDS = 101_230_332, 393_656, 5
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from benchlib import WORK, Report, bench_fold, link_data, make_demo, results_flag, run, script
 
-from common.data.folds import fold_fingerprint, load_fold_data
+from common.data.fold_data import fold_fingerprint, load_fold_data
 from common.model.checkpoint import save_model
 from common.model.saint import SAINT, ModelConfig
 from common.tables import markdown_table

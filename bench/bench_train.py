@@ -26,7 +26,7 @@ import torch
 from benchlib import REPO, WORK, Report, results_flag
 from torch.utils.flop_counter import FlopCounterMode
 
-from common.data.folds import load_fold_data
+from common.data.fold_data import load_fold_data
 from common.model.predict import to_tensors
 from common.model.saint import ModelConfig
 from common.tables import markdown_table

@@ -43,7 +43,7 @@ from rehearsal_stream import (
     prepare_stream,
 )
 
-from common.data.folds import load_fold_data
+from common.data.fold_data import load_fold_data
 from common.data.schema import QUESTION
 from common.files import write_json
 from common.inputs.demo_parallel import make_demo_parallel, riiid_config

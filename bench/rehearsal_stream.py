@@ -14,7 +14,7 @@ import torch
 from benchlib import REPO, bench_fold
 
 from common.data.arrays import TrainArrays, load_questions
-from common.data.folds import Fold, fold_fingerprint
+from common.data.fold_data import Fold, fold_fingerprint
 from common.data.schema import QUESTION
 from common.layout import FOLDS_SUBDIR
 from common.model.checkpoint import save_model

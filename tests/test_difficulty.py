@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from common.data.features import SEQUENCE_FIELDS, QuestionSequences
-from common.data.folds import FoldData, load_fold_data
+from common.data.fold_data import FoldData, load_fold_data
 from common.model.checkpoint import load_model, save_checkpoint
 from common.model.difficulty import (
     DIFFICULTY_SMOOTHING,

@@ -251,7 +251,7 @@ def test_train_script_distills_from_a_teacher(tmp_path: Path, run_script) -> Non
 
 
 def test_trainer_rejects_an_incompatible_teacher(tmp_path: Path) -> None:
-    from common.data.folds import load_fold_data
+    from common.data.fold_data import load_fold_data
     from common.train.trainer import Trainer
 
     output = make_tiny_demo(tmp_path, users=30)

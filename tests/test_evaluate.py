@@ -20,14 +20,8 @@ from common import layout
 from common.data.arrays import TrainArrays
 from common.data.dataset import Dataset
 from common.data.features import build_sequences
-from common.data.folds import (
-    Fold,
-    FoldConfig,
-    FoldMismatchError,
-    fold_fingerprint,
-    load_fold_data,
-    make_folds,
-)
+from common.data.fold_data import Fold, FoldMismatchError, fold_fingerprint, load_fold_data
+from common.data.folds import FoldConfig, make_folds
 from common.data.question_rates import question_rates, training_entries
 from common.layout import DATA_SUBDIR, INNER_PREDICTIONS, fold_dir
 from common.metrics import (

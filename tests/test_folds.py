@@ -13,14 +13,8 @@ import pandas as pd
 import pytest
 
 from common.data.arrays import TrainArrays, container_starts
-from common.data.folds import (
-    STRATEGIES,
-    Fold,
-    FoldConfig,
-    load_fold_config,
-    make_folds,
-    read_row_folds,
-)
+from common.data.fold_data import Fold, load_fold_config
+from common.data.folds import STRATEGIES, FoldConfig, make_folds, read_row_folds
 from common.layout import DATA_SUBDIR, FOLDS_SUBDIR
 
 # One configuration per strategy, sized for the ~49,000-row, 150-student demo.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.data.folds import load_fold_data
+from common.data.fold_data import load_fold_data
 from common.report.evaluate import EvaluateConfig, evaluate
 from common.stream.inference import InferConfig, run_emulated
 from common.train.trainer import Trainer

@@ -29,7 +29,8 @@ import pytest
 import torch
 
 from common.data.arrays import TrainArrays, load_questions, question_parts
-from common.data.folds import Fold, FoldConfig, load_fold_data, make_folds
+from common.data.fold_data import Fold, load_fold_data
+from common.data.folds import FoldConfig, make_folds
 from common.data.memory import check_memory, estimate_peak_memory
 from common.data.preprocess import PreprocessConfig, preprocess
 from common.files import remove_stale_temp_files

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from common.data.arrays import TrainArrays
-from common.data.folds import Fold
+from common.data.fold_data import Fold
 from tests.helpers import RUN, fold0, run_folder, run_numbered_script
 
 TINY_MODEL = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)

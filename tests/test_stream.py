@@ -16,7 +16,8 @@ import torch
 
 from common.data.arrays import TrainArrays, load_questions, question_parts
 from common.data.features import SEQUENCE_FIELDS, build_sequences, window_inputs
-from common.data.folds import Fold, FoldConfig, load_fold_data, make_folds
+from common.data.fold_data import Fold, load_fold_data
+from common.data.folds import FoldConfig, make_folds
 from common.data.schema import TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 from common.layout import DATA_SUBDIR
 from common.model.predict import predict_tails, to_tensors

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from common.data.folds import load_fold_data
+from common.data.fold_data import load_fold_data
 from common.data.schema import InputError
 from common.model.checkpoint import load_model, save_checkpoint
 from common.model.saint import SAINT, ModelConfig

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from common.data.features import window_inputs
-from common.data.folds import load_fold_data, load_full_data
+from common.data.fold_data import load_fold_data, load_full_data
 from common.device import autocast_dtype
 from common.metrics import auc_or_nan
 from common.model.checkpoint import load_model, save_checkpoint

@@ -1,4 +1,5 @@
-"""Cross-validation folds: which rows train and which rows form the validation stream.
+"""Stage 2: cross-validation folds, which rows train and which rows form the validation
+stream, written to <output-dir>/folds/ (reading a fold back: common.data.fold_data).
 
 Every strategy gives, per fold, each student a cut: rows before it train, rows from it
 on are that student's validation tail (a cut at 0 makes the student new to the model; a
@@ -29,7 +30,6 @@ and row_folds.csv, the same folds for any other pipeline (`write_row_folds`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,12 +40,10 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from common.data.arrays import TrainArrays, container_starts
-from common.data.dataset import Dataset
-from common.data.features import QuestionSequences
+from common.data.fold_data import Fold
 from common.data.schema import QUESTION, InputError
-from common.errors import UserError
 from common.files import atomic_dir, write_run_record
-from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, ROW_FOLDS, fold_file
+from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, ROW_FOLDS
 from common.options import option
 
 STRATEGIES = ("user", "last-n", "virtual-time", "unseen", "dataset")
@@ -71,34 +69,6 @@ class FoldConfig:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.n_folds < 1:
             raise ValueError(f"n_folds must be >= 1, got {self.n_folds}")
-
-
-@dataclass
-class Fold:
-    """One fold of the artifact."""
-
-    index: int
-    user_cut: np.ndarray  # (n_students,) int64, row index within the student
-    virtual_offset: np.ndarray  # (n_students,) int64 ms
-    stream_index: np.ndarray  # (n_valid_rows,) int64 global row index, stream order
-
-    @classmethod
-    def load(cls, output_dir: str | Path, index: int) -> Fold:
-        path = fold_file(output_dir, index)
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found: run 02_make_folds.py first")
-        with np.load(path) as data:
-            return cls(index, data["user_cut"], data["virtual_offset"], data["stream_index"])
-
-    def valid_rows(self, arrays: TrainArrays) -> np.ndarray:
-        """(n_rows,) bool: the fold's validation rows."""
-        mask = np.zeros(arrays.n_rows, dtype=bool)
-        mask[self.stream_index] = True
-        return mask
-
-    def is_new(self) -> np.ndarray:
-        """(n_students,) bool: students whose whole history is validation."""
-        return self.user_cut == 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -322,220 +292,3 @@ def make_folds(
     # beside the folder, not in it: the artifact stays byte-identical for a given seed
     write_run_record(output_dir, "folds", asdict(config))
     return stats
-
-
-def load_fold_config(output_dir: str | Path) -> dict:
-    return json.loads((Path(output_dir) / FOLDS_SUBDIR / "folds.json").read_text())
-
-
-def fold_count(output_dir: str | Path) -> int:
-    """How many folds stage 2 made in `output_dir`."""
-    path = Path(output_dir) / FOLDS_SUBDIR / "folds.json"
-    if not path.exists():
-        raise UserError(f"{path} not found: run 02_make_folds.py first")
-    return len(load_fold_config(output_dir)["folds"])
-
-
-# ---------------------------------------------------------------------------------------
-# fold identity
-
-
-class FoldMismatchError(UserError, ValueError):
-    """A model or its predictions belong to other folds than those on disk."""
-
-
-def fold_fingerprint(output_dir: str | Path, index: int) -> dict:
-    """What identifies fold `index` of the folds on disk: a sha256 over folds/fold{k}.npz
-    (its cuts and stream; byte-identical for a given seed) and the fold config. Training
-    records it in every checkpoint, streaming in its summary."""
-    folds_dir = Path(output_dir) / FOLDS_SUBDIR
-    path = folds_dir / f"fold{index}.npz"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run 02_make_folds.py first")
-    digest = hashlib.sha256(path.read_bytes())
-    config = load_fold_config(output_dir)["config"]
-    digest.update(json.dumps(config, sort_keys=True).encode())
-    return {"fold": index, "sha256": digest.hexdigest()[:16], "config": config}
-
-
-def check_fold_fingerprint(
-    recorded: dict | None, output_dir: str | Path, index: int, what: str
-) -> None:
-    """Raise FoldMismatchError unless `recorded` (from a checkpoint or a stream summary;
-    `what` names it) is the fingerprint of fold `index` on disk: a model trained on
-    another fold, or on folds made again since, has trained on this fold's validation
-    rows."""
-    path = fold_file(output_dir, index)
-    current = fold_fingerprint(output_dir, index)
-    if recorded is None:
-        raise FoldMismatchError(
-            f"{what} records no fold fingerprint, so nothing shows it belongs to {path} "
-            f"(fingerprint {current['sha256']}); train it again on these folds"
-        )
-    if recorded.get("fold") != index:
-        raise FoldMismatchError(
-            f"{what} was made for fold {recorded.get('fold')}, asked for fold {index}: a model "
-            f"of another fold has trained on this fold's validation rows; use fold {index}'s own"
-        )
-    if recorded.get("sha256") != current["sha256"]:
-        raise FoldMismatchError(
-            f"{what} was made for fold {index} of other folds (fingerprint "
-            f"{recorded.get('sha256')}, config {recorded.get('config')}) than {path} on disk "
-            f"(fingerprint {current['sha256']}, config {current['config']}): its model has "
-            f"trained on rows these folds validate on; train it again on these folds"
-        )
-
-
-# ---------------------------------------------------------------------------------------
-# inner validation split (model selection without the fold's validation rows)
-
-
-def inner_cut(
-    container_first: np.ndarray,
-    offsets: np.ndarray,
-    train_length: np.ndarray,
-    share: float,
-    new_share: float,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """Questions to train on per student: `train_length` (questions before the fold's
-    cut), except for an inner validation split carved from those training questions:
-    `share` of the students with training questions, each cut at a random container
-    start after their first container, or at 0 (wholly held out) with probability
-    `new_share` or when they have one container. container_first and offsets are
-    common.data.features.QuestionSequences fields."""
-    if not 0.0 <= share < 1.0:
-        raise ValueError(f"inner validation share must be in [0, 1), got {share}")
-    cut = np.asarray(train_length, dtype=np.int64).copy()
-    candidates = np.flatnonzero(cut > 0)
-    chosen = np.sort(rng.choice(candidates, size=round(share * len(candidates)), replace=False))
-    held_out = rng.random(len(chosen)) < new_share
-    for student, new in zip(chosen.tolist(), held_out.tolist(), strict=True):
-        first = container_first[offsets[student] : offsets[student] + cut[student]]
-        starts = np.flatnonzero(first == np.arange(len(first)))[1:]
-        cut[student] = 0 if new or len(starts) == 0 else int(rng.choice(starts))
-    return cut
-
-
-# ---------------------------------------------------------------------------------------
-# a fold's data for training and validation
-
-
-@dataclass
-class Tails:
-    """Validation tails: questions [history[i], end[i]) of students[i], each predicted
-    after that student's questions [0, history[i])."""
-
-    students: np.ndarray
-    history: np.ndarray
-    end: np.ndarray
-
-    @classmethod
-    def between(cls, history: np.ndarray, end: np.ndarray) -> Tails:
-        """The tails of every student with questions between history and end."""
-        students = np.flatnonzero(history < end)
-        return cls(students, history[students], end[students])
-
-    def flat_index(self, sequences: QuestionSequences) -> np.ndarray:
-        """Flat sequence indices of the tails' questions, student by student."""
-        count = self.end - self.history
-        before = np.cumsum(count) - count  # entries of the earlier students
-        first = np.repeat(sequences.offsets[self.students] + self.history - before, count)
-        return first + np.arange(count.sum())
-
-    def labels(self, sequences: QuestionSequences) -> np.ndarray:
-        return sequences.response[self.flat_index(sequences)].astype(np.float32)
-
-
-@dataclass
-class FoldData:
-    """A fold's question sequences, where each student's validation tail starts, and what
-    the model trains on."""
-
-    sequences: QuestionSequences
-    train_length: np.ndarray  # (n_students,) questions before the fold's cut
-    n_questions: int
-    questions: pd.DataFrame | None = None  # questions.parquet (tags for --tags)
-    # (n_students,) questions the model trains on: train_length, or less for the students
-    # of an inner validation split (common.data.folds.inner_cut); None: train_length
-    fit_length: np.ndarray | None = None
-    fingerprint: dict | None = None  # common.data.folds.fold_fingerprint
-
-    def __post_init__(self) -> None:
-        if self.fit_length is None:
-            self.fit_length = self.train_length
-
-    @property
-    def fold_tails(self) -> Tails:
-        """The fold's validation questions (what 04 streams and 05 scores)."""
-        return Tails.between(self.train_length, self.sequences.lengths())
-
-    @property
-    def inner_tails(self) -> Tails:
-        """The inner validation questions: training questions of the fold held out from
-        the model's training (empty without an inner split)."""
-        return Tails.between(self.fit_length, self.train_length)
-
-    @property
-    def valid_students(self) -> np.ndarray:
-        return self.fold_tails.students
-
-    @property
-    def valid_history(self) -> np.ndarray:
-        return self.fold_tails.history
-
-    @property
-    def valid_end(self) -> np.ndarray:
-        return self.fold_tails.end
-
-    def valid_labels(self) -> np.ndarray:
-        return self.fold_tails.labels(self.sequences)
-
-
-def load_fold_data(
-    output_dir: str | Path,
-    fold_index: int,
-    inner_share: float = 0.0,
-    seed: int = 0,
-    dataset: Dataset | None = None,
-) -> FoldData:
-    """Fold `fold_index` of `<output_dir>/data` (or of `dataset`, already loaded from
-    it) and `<output_dir>/folds`; with inner_share > 0 an inner validation split is
-    carved from its training students (seeded by seed and the fold), mixing new and
-    continuing students as the fold's own validation students do."""
-    dataset = dataset or Dataset.load(output_dir)
-    arrays, questions, sequences = dataset.arrays, dataset.questions, dataset.sequences
-    fold = Fold.load(output_dir, fold_index)
-    cut_row = arrays.offsets[:-1] + fold.user_cut
-    train_length = (np.searchsorted(sequences.row, cut_row) - sequences.offsets[:-1]).astype(
-        np.int64
-    )
-    fit_length = None
-    if inner_share > 0:
-        validating = train_length < sequences.lengths()
-        new_share = float((train_length[validating] == 0).mean()) if validating.any() else 0.0
-        rng = np.random.default_rng([seed, fold_index, 1])
-        fit_length = inner_cut(
-            sequences.container_first, sequences.offsets, train_length, inner_share, new_share, rng
-        )
-    return FoldData(
-        sequences=sequences,
-        train_length=train_length,
-        n_questions=dataset.n_questions,
-        questions=questions,
-        fit_length=fit_length,
-        fingerprint=fold_fingerprint(output_dir, fold_index),
-    )
-
-
-def load_full_data(output_dir: str | Path, dataset: Dataset | None = None) -> FoldData:
-    """Every question of every student as training data (03 --full-data, the submission's
-    model): no validation tails, no inner split, no fold fingerprint."""
-    dataset = dataset or Dataset.load(output_dir)
-    lengths = dataset.sequences.lengths().astype(np.int64)
-    return FoldData(
-        sequences=dataset.sequences,
-        train_length=lengths,
-        n_questions=dataset.n_questions,
-        questions=dataset.questions,
-    )

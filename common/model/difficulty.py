@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from common.data.features import QuestionSequences
-from common.data.folds import FoldData
+from common.data.fold_data import FoldData
 from common.metrics import smoothed_rates
 from common.model.saint import SAINT
 

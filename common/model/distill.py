@@ -45,7 +45,7 @@ def load_teacher(
     input may differ: the batch carries every feature, and the teacher's difficulty
     buckets come from its own checkpoint.
 
-    With `fingerprint` given (common.data.folds.fold_fingerprint of the student's fold), the
+    With `fingerprint` given (common.data.fold_data.fold_fingerprint of the student's fold), the
     teacher must have been trained on that very fold of the same folds: a teacher from
     another fold, or from folds made again with another seed, has trained on this fold's
     validation rows and would leak them into the soft targets.

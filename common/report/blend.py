@@ -2,7 +2,7 @@
 sigmoid(w * logit(model) + (1 - w) * logit(features)), with the weight w chosen per
 fold on the inner validation split only, never on the rows it scores.
 
-The inner split is the one 03 selects best.pt on (common.data.folds.inner_cut): training
+The inner split is the one 03 selects best.pt on (common.data.fold_data.inner_cut): training
 students' questions the model did not train on. 03 writes best.pt's predictions of it
 (layout.INNER_PREDICTIONS); the feature baseline is fitted again on the fold's training
 rows without them and scores them; the weight that gives the best AUC there is applied

@@ -32,7 +32,7 @@ import pandas as pd
 
 from common import metrics
 from common.data.dataset import Dataset
-from common.data.folds import Fold
+from common.data.fold_data import Fold
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.layout import REPORT_FILE, REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir, run_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices

@@ -14,7 +14,7 @@ import pandas as pd
 
 from common.data.dataset import Dataset
 from common.data.features import QuestionSequences
-from common.data.folds import Fold, FoldMismatchError, check_fold_fingerprint
+from common.data.fold_data import Fold, FoldMismatchError, check_fold_fingerprint
 from common.data.past_features import question_skills
 from common.data.question_rates import training_entries
 from common.data.schema import QUESTION

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from common.data.arrays import TrainArrays, opens_container
-from common.data.folds import Fold
+from common.data.fold_data import Fold
 from common.data.schema import QUESTION, TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 from common.metrics import auc_or_nan
 from common.options import option

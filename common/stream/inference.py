@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from common.data.dataset import Dataset
-from common.data.folds import Fold, check_fold_fingerprint, load_fold_data
+from common.data.fold_data import Fold, check_fold_fingerprint, load_fold_data
 from common.device import device_option, resolve_device
 from common.files import atomic_file, json_values, write_json, write_run_record, write_text
 from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, VALIDATION_PREDICTIONS, fold_dir

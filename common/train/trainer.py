@@ -5,7 +5,7 @@ common/train/outputs.py.
 
 Model selection: with --select-on inner (the default) early stopping and best.pt are
 chosen on an inner validation split carved from the fold's training students
-(common.data.folds.inner_cut), so the fold's validation rows are scored by a model neither
+(common.data.fold_data.inner_cut), so the fold's validation rows are scored by a model neither
 trained nor selected on them; the fold's AUC is still logged every epoch.
 """
 
@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from common import layout
 from common.data.features import window_inputs
-from common.data.folds import FoldData, Tails, load_fold_data, load_full_data
+from common.data.fold_data import FoldData, Tails, load_fold_data, load_full_data
 from common.device import Distributed, autocast_dtype, resolve_device
 from common.files import write_run_record
 from common.layout import model_dir
