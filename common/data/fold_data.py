@@ -7,6 +7,7 @@ tails (`FoldData`). Stage 2 writes the folds: common.data.folds.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,20 +24,30 @@ from common.layout import FOLDS_SUBDIR, fold_file
 
 @dataclass
 class Fold:
-    """One fold of the artifact."""
+    """One fold of the artifact; read back by `load`, which fingerprints the file it read."""
 
     index: int
     user_cut: np.ndarray  # (n_students,) int64, row index within the student
     virtual_offset: np.ndarray  # (n_students,) int64 ms
     stream_index: np.ndarray  # (n_valid_rows,) int64 global row index, stream order
+    path: Path | None = None  # folds/fold{k}.npz, once loaded
+    fingerprint: dict | None = None  # what identifies it (see fold_fingerprint), once loaded
 
     @classmethod
     def load(cls, output_dir: str | Path, index: int) -> Fold:
+        """Fold `index` of <output_dir>/folds, read once: its arrays and its fingerprint
+        (a sha256 over the file's bytes and the fold config)."""
         path = fold_file(output_dir, index)
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: run 02_make_folds.py first")
-        with np.load(path) as data:
-            return cls(index, data["user_cut"], data["virtual_offset"], data["stream_index"])
+        raw = path.read_bytes()
+        digest = hashlib.sha256(raw)
+        config = load_fold_config(output_dir)["config"]
+        digest.update(json.dumps(config, sort_keys=True).encode())
+        fingerprint = {"fold": index, "sha256": digest.hexdigest()[:16], "config": config}
+        with np.load(io.BytesIO(raw)) as data:
+            arrays = data["user_cut"], data["virtual_offset"], data["stream_index"]
+        return cls(index, *arrays, path=path, fingerprint=fingerprint)
 
     def valid_rows(self, arrays: TrainArrays) -> np.ndarray:
         """(n_rows,) bool: the fold's validation rows."""
@@ -73,25 +84,15 @@ def fold_fingerprint(output_dir: str | Path, index: int) -> dict:
     """What identifies fold `index` of the folds on disk: a sha256 over folds/fold{k}.npz
     (its cuts and stream; byte-identical for a given seed) and the fold config. Training
     records it in every checkpoint, streaming in its summary."""
-    folds_dir = Path(output_dir) / FOLDS_SUBDIR
-    path = folds_dir / f"fold{index}.npz"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run 02_make_folds.py first")
-    digest = hashlib.sha256(path.read_bytes())
-    config = load_fold_config(output_dir)["config"]
-    digest.update(json.dumps(config, sort_keys=True).encode())
-    return {"fold": index, "sha256": digest.hexdigest()[:16], "config": config}
+    return Fold.load(output_dir, index).fingerprint
 
 
-def check_fold_fingerprint(
-    recorded: dict | None, output_dir: str | Path, index: int, what: str
-) -> None:
+def check_fold_fingerprint(recorded: dict | None, fold: Fold, what: str) -> None:
     """Raise FoldMismatchError unless `recorded` (from a checkpoint or a stream summary;
-    `what` names it) is the fingerprint of fold `index` on disk: a model trained on
+    `what` names it) is the fingerprint of `fold`, as loaded from disk: a model trained on
     another fold, or on folds made again since, has trained on this fold's validation
     rows."""
-    path = fold_file(output_dir, index)
-    current = fold_fingerprint(output_dir, index)
+    path, current, index = fold.path, fold.fingerprint, fold.index
     if recorded is None:
         raise FoldMismatchError(
             f"{what} records no fold fingerprint, so nothing shows it belongs to {path} "
@@ -223,6 +224,7 @@ def load_fold_data(
     inner_share: float = 0.0,
     seed: int = 0,
     dataset: Dataset | None = None,
+    fold: Fold | None = None,
 ) -> FoldData:
     """Fold `fold_index` of `<output_dir>/data` (or of `dataset`, already loaded from
     it) and `<output_dir>/folds`; with inner_share > 0 an inner validation split is
@@ -230,7 +232,7 @@ def load_fold_data(
     continuing students as the fold's own validation students do."""
     dataset = dataset or Dataset.load(output_dir)
     arrays, questions, sequences = dataset.arrays, dataset.questions, dataset.sequences
-    fold = Fold.load(output_dir, fold_index)
+    fold = fold or Fold.load(output_dir, fold_index)
     cut_row = arrays.offsets[:-1] + fold.user_cut
     train_length = (np.searchsorted(sequences.row, cut_row) - sequences.offsets[:-1]).astype(
         np.int64
@@ -249,7 +251,7 @@ def load_fold_data(
         n_questions=dataset.n_questions,
         questions=questions,
         fit_length=fit_length,
-        fingerprint=fold_fingerprint(output_dir, fold_index),
+        fingerprint=fold.fingerprint,
     )
 
 

@@ -64,12 +64,12 @@ def load_fold_rows(
     the run's folder. Raises if the predictions file does not match the fold."""
     path = fold_dir(run_dir, fold_index) / STREAM_PREDICTIONS
     summary = stream_summary(run_dir, fold_index)
-    check_fold_fingerprint(summary.get("fold_fingerprint"), output_dir, fold_index, str(path))
+    fold = Fold.load(output_dir, fold_index)
+    check_fold_fingerprint(summary.get("fold_fingerprint"), fold, str(path))
     predictions = pd.read_parquet(path)
     missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
     if missing:
         raise ValueError(f"{path}: columns {missing} missing; found {list(predictions.columns)}")
-    fold = Fold.load(output_dir, fold_index)
     arrays, sequences = data.arrays, data.sequences
     global_row = predictions["global_row"].to_numpy().astype(np.int64)
     entries = np.searchsorted(sequences.row, global_row)

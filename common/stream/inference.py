@@ -80,11 +80,16 @@ def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
 
 
 def fold_state(
-    output_dir: Path, config: InferConfig, model, device: torch.device, dataset: Dataset
+    output_dir: Path,
+    config: InferConfig,
+    model,
+    device: torch.device,
+    dataset: Dataset,
+    fold: Fold,
 ) -> OnlineState:
-    """The online state at the start of fold `config.fold`'s stream: every student's
-    training questions (the fold's snapshot is dropped on return)."""
-    data = load_fold_data(output_dir, config.fold, dataset=dataset)
+    """The online state at the start of `fold`'s stream: every student's training
+    questions (the fold's snapshot is dropped on return)."""
+    data = load_fold_data(output_dir, config.fold, dataset=dataset, fold=fold)
     snapshot = build_snapshot(
         data.sequences, dataset.arrays.users, data.train_length, model.config.receptive_field
     )
@@ -102,10 +107,10 @@ def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
     device = resolve_device(config.device)
     model, checkpoint = load_model(folder / config.checkpoint, device)
     fingerprint = checkpoint.get("fold_fingerprint")
-    check_fold_fingerprint(fingerprint, output_dir, config.fold, str(folder / config.checkpoint))
+    fold = Fold.load(output_dir, config.fold)  # read and fingerprinted once
+    check_fold_fingerprint(fingerprint, fold, str(folder / config.checkpoint))
     dataset = Dataset.load(output_dir)
-    fold = Fold.load(output_dir, config.fold)
-    state = fold_state(output_dir, config, model, device, dataset)
+    state = fold_state(output_dir, config, model, device, dataset, fold)
     arrays, parts = dataset.arrays, dataset.parts
     del dataset  # the sequences are not needed while streaming
     env = Emulator.from_fold(arrays, fold, config.stream)
