@@ -272,4 +272,4 @@ def test_trainer_rejects_an_incompatible_teacher(tmp_path: Path) -> None:
         data,
         torch.device("cpu"),
     )
-    assert trainer.context == teacher_config.receptive_field == 120 > 2 * 20
+    assert trainer.plan.context == teacher_config.receptive_field == 120 > 2 * 20

@@ -251,7 +251,7 @@ def test_resume_restores_what_a_kill_after_the_checkpoint_cut_short(demo, traine
         d_model=16, heads=2, layers=1, window=20, epochs=2, progress=False, device="cpu"
     )
     trainer = Trainer(config, run_folder(out), load_fold_data(out, 0, config.inner_share), CPU)
-    assert trainer.resume() and trainer.epoch == 2
+    assert trainer.resume() and trainer.progress.epoch == 2
     best_epoch = torch.load(fold_dir / "best.pt", weights_only=False)["best_epoch"]
     assert torch.load(fold_dir / "best.pt", weights_only=False)["epoch"] == best_epoch
     assert pd.read_csv(fold_dir / "history.csv")["epoch"].tolist() == [1, 2]

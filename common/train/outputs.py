@@ -1,21 +1,22 @@
-"""What a training run writes and reads back (common.train.trainer.Trainer inherits it): each
-epoch's checkpoint and what it records, best.pt, history.csv and config.json; resume
-from the latest epoch checkpoint, with the checks that it fits this run.
-
-The methods use the Trainer's state: config, model, model_config, optimizer, scheduler,
-scaler, data, teacher, dist, fold_dir, epoch, step, best_auc, best_epoch, history and the
-resolved automatic settings (batch_size, warmup, total_steps, span, context).
+"""What a training run writes and reads back: each epoch's checkpoint and what it records
+(the run's setup and its Progress), best.pt, history.csv, config.json and the inner
+split's predictions; a resume from the latest epoch checkpoint, with the checks that it
+fits this run; the run's row of output/runs.csv.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import shutil
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import torch
 
+from common.data.fold_data import FoldData
 from common.files import atomic_file, remove_stale_temp_files, write_json
 from common.layout import CONFIG_FILE, INNER_PREDICTIONS
 from common.model.checkpoint import (
@@ -29,109 +30,127 @@ from common.model.checkpoint import (
 )
 from common.runs.folders import commit
 from common.runs.table import config_columns
-from common.train.config import shaping_changes
+from common.train.build import TrainSetup
+from common.train.config import TrainConfig, shaping_changes
 
 
-class TrainOutputs:
-    def checkpoint_payload(self) -> dict:
+@dataclass
+class Progress:
+    """How far a run has gone: what each epoch checkpoint records and a resume restores."""
+
+    epoch: int = 0  # epochs finished
+    step: int = 0  # optimizer steps taken
+    best_auc: float = -math.inf  # the selection AUC of the best epoch so far
+    best_epoch: int = -1
+    history: list[dict] = field(default_factory=list)  # history.csv's rows
+    epochs_run: int = 0  # epochs trained by this process (not restored by a resume)
+
+
+@dataclass
+class RunFiles:
+    """A training run's folder (fold{k}/ or full/ of output/runs/NAME/): what it writes
+    after each epoch and reads back to resume."""
+
+    config: TrainConfig
+    run_dir: Path  # output/runs/NAME
+    fold_dir: Path
+    setup: TrainSetup
+    fingerprint: dict | None  # the fold's (common.data.fold_data.Fold.fingerprint)
+
+    def checkpoint_payload(self, progress: Progress) -> dict:
+        setup, config = self.setup, self.config
         return {
-            "model_config": self.model_config.to_dict(),
-            "model_state": self.model.state_dict(),
-            "optimizer_state": self.optimizer.state_dict(),
-            "scheduler_state": self.scheduler.state_dict(),
-            "scaler_state": self.scaler.state_dict(),
-            "train_config": asdict(self.config),
-            "epoch": self.epoch,
-            "step": self.step,
-            "best_auc": self.best_auc,
-            "best_epoch": self.best_epoch,
-            "fold": None if self.config.full_data else self.config.fold,
-            "fold_fingerprint": self.data.fingerprint,
-            "selected_on": self.config.select_on,
-            "resolved": self.resolved(),
-            "history": self.history,
+            "model_config": setup.model_config.to_dict(),
+            "model_state": setup.model.state_dict(),
+            "optimizer_state": setup.optimizer.state_dict(),
+            "scheduler_state": setup.scheduler.state_dict(),
+            "scaler_state": setup.scaler.state_dict(),
+            "train_config": asdict(config),
+            "epoch": progress.epoch,
+            "step": progress.step,
+            "best_auc": progress.best_auc,
+            "best_epoch": progress.best_epoch,
+            "fold": None if config.full_data else config.fold,
+            "fold_fingerprint": self.fingerprint,
+            "selected_on": config.select_on,
+            "resolved": setup.plan.resolved(),
+            "history": progress.history,
             "rng_state": rng_state(),
             "teacher": None
-            if self.teacher is None
+            if setup.teacher is None
             else {
-                "path": str(Path(self.config.teacher).resolve()),
-                "model_config": self.teacher.config.to_dict(),
+                "path": str(Path(config.teacher).resolve()),
+                "model_config": setup.teacher.config.to_dict(),
             },
         }
 
-    def resume(self) -> bool:
-        """Continue after the latest epoch checkpoint. Each is written whole (temp file,
+    def resume(self, progress: Progress, device: torch.device, main: bool) -> bool:
+        """Continue after the latest epoch checkpoint: the model, optimizer, schedule,
+        scaler and RNG states, and `progress`. Each checkpoint is written whole (temp file,
         then rename), so after a kill the latest one is a complete epoch; the epoch that
-        was running is redone. Returns False when there is none."""
-        if self.dist.main:
+        was running is redone. Returns False when there is none. `main`: the process that
+        writes (rank 0)."""
+        if main:
             remove_stale_temp_files(self.fold_dir)
         path = latest_epoch_checkpoint(self.fold_dir)
         if path is None:
             return False
-        checkpoint = read_checkpoint(path, self.device)
-        check_resumable(path, checkpoint, self.model_config, self.data.fingerprint)
+        checkpoint = read_checkpoint(path, device)
+        setup = self.setup
+        check_resumable(path, checkpoint, setup.model_config, self.fingerprint)
         changed = shaping_changes(checkpoint.get("train_config", {}), self.config)
-        if changed and self.dist.main:
+        if changed and main:
             print(f"note: resuming {path} with other settings (checkpoint vs now): {changed}")
-        self.model.load_state_dict(checkpoint["model_state"])
-        self.optimizer.load_state_dict(checkpoint["optimizer_state"])
-        self.scheduler.load_state_dict(checkpoint["scheduler_state"])
-        self.scaler.load_state_dict(checkpoint["scaler_state"])
-        self.epoch = checkpoint["epoch"]
-        self.step = checkpoint["step"]
-        self.best_auc = checkpoint["best_auc"]
-        self.best_epoch = checkpoint["best_epoch"]
-        self.history = checkpoint["history"]
+        setup.model.load_state_dict(checkpoint["model_state"])
+        setup.optimizer.load_state_dict(checkpoint["optimizer_state"])
+        setup.scheduler.load_state_dict(checkpoint["scheduler_state"])
+        setup.scaler.load_state_dict(checkpoint["scaler_state"])
+        progress.epoch, progress.step = checkpoint["epoch"], checkpoint["step"]
+        progress.best_auc, progress.best_epoch = checkpoint["best_auc"], checkpoint["best_epoch"]
+        progress.history = checkpoint["history"]
         set_rng_state(checkpoint["rng_state"])
-        if self.dist.main:
-            self._restore_epoch_outputs()
+        if main:
+            self.restore_epoch_outputs(progress)
         return True
 
-    def _restore_epoch_outputs(self) -> None:
+    def restore_epoch_outputs(self, progress: Progress) -> None:
         """Redo what a kill right after the epoch checkpoint may have cut short: best.pt
         (the best epoch's checkpoint holds the same payload), history.csv, config.json."""
-        best = self.fold_dir / f"epoch_{self.best_epoch:02d}.pt"
-        if self.best_epoch >= 1 and best.exists() and not self._best_is(self.best_epoch):
+        best_epoch = progress.best_epoch
+        best = self.fold_dir / f"epoch_{best_epoch:02d}.pt"
+        if best_epoch >= 1 and best.exists() and not self.best_is(best_epoch):
             with atomic_file(self.fold_dir / "best.pt") as tmp:
                 shutil.copyfile(best, tmp)
         history = self.fold_dir / "history.csv"
         rows = len(history.read_text().splitlines()) - 1 if history.exists() else -1
-        if rows != len(self.history):
-            self._write_epoch(improved=False)
+        if rows != len(progress.history):
+            self.write_epoch(progress, improved=False)
 
-    def _best_is(self, epoch: int) -> bool:
+    def best_is(self, epoch: int) -> bool:
         """Whether best.pt is whole and holds `epoch` (then a resume leaves it alone)."""
         try:
             return read_checkpoint(self.fold_dir / "best.pt", "cpu").get("epoch") == epoch
         except (OSError, CheckpointError):
             return False
 
-    def resolved(self) -> dict:
-        """What the automatic settings (0 in TrainConfig) resolved to for this run."""
-        return {
-            "batch_size": self.batch_size,
-            "warmup": self.warmup,
-            "total_steps": self.total_steps,
-            "span": self.span,
-            "context": self.context,
-        }
-
-    def _write_inner_predictions(self, probability) -> None:
+    def write_inner_predictions(self, data: FoldData, epoch: int, probability: np.ndarray) -> None:
         """best.pt's predictions of the inner split (INNER_PREDICTIONS), with its epoch."""
-        rows = self.data.sequences.row[self.data.inner_tails.flat_index(self.data.sequences)]
-        frame = pd.DataFrame({"global_row": rows, "prediction": probability, "epoch": self.epoch})
+        rows = data.sequences.row[data.inner_tails.flat_index(data.sequences)]
+        frame = pd.DataFrame({"global_row": rows, "prediction": probability, "epoch": epoch})
         with atomic_file(self.fold_dir / INNER_PREDICTIONS) as tmp:
             frame.to_parquet(tmp, index=False)
 
-    def _write_epoch(self, improved: bool) -> None:
-        payload = self.checkpoint_payload()
-        save_checkpoint(self.fold_dir / f"epoch_{self.epoch:02d}.pt", payload)
+    def write_epoch(self, progress: Progress, improved: bool) -> None:
+        """The epoch's checkpoint (and best.pt when it improved), history.csv and
+        config.json."""
+        payload = self.checkpoint_payload(progress)
+        save_checkpoint(self.fold_dir / f"epoch_{progress.epoch:02d}.pt", payload)
         if improved:
             save_checkpoint(self.fold_dir / "best.pt", payload)
         with atomic_file(self.fold_dir / "history.csv") as tmp, open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(self.history[0]))
+            writer = csv.DictWriter(f, fieldnames=list(progress.history[0]))
             writer.writeheader()
-            writer.writerows(self.history)
+            writer.writerows(progress.history)
         # the TrainConfig's fields at the top (`--config` reads them back; resume off: fed
         # back, the file starts the configuration, it does not continue a run); what the
         # run resolved and where it ran under "recorded", which --config ignores
@@ -142,28 +161,29 @@ class TrainOutputs:
                 "recorded": {
                     "run": self.run_dir.name,
                     "commit": commit(),
-                    "model_config": self.model_config.to_dict(),
-                    "resolved": self.resolved(),
+                    "model_config": self.setup.model_config.to_dict(),
+                    "resolved": self.setup.plan.resolved(),
                 }
             },
         )
 
-    def run_row(self, wall_seconds: float) -> dict:
+    def run_row(self, progress: Progress, wall_seconds: float) -> dict:
         """This training's row of output/runs.csv (common.runs.table)."""
         full = self.config.full_data
-        best = next((r for r in self.history if r["epoch"] == self.best_epoch), {})
-        rates = [r["interactions_per_s"] for r in self.history[-self.epochs_run :]]
+        history = progress.history
+        best = next((r for r in history if r["epoch"] == progress.best_epoch), {})
+        rates = [r["interactions_per_s"] for r in history[-progress.epochs_run :]]
         return {
             "run": self.run_dir.name,
             "stage": "train",
             "folds": "full" if full else str(self.config.fold),
             "commit": commit(),
             **config_columns(asdict(self.config)),
-            "epochs": self.epoch,
-            "batch_size": self.batch_size,
-            "best_epoch": self.best_epoch,
+            "epochs": progress.epoch,
+            "batch_size": self.setup.plan.batch_size,
+            "best_epoch": progress.best_epoch,
             "selected_on": "last epoch" if full else self.config.select_on,
-            "selection_auc": None if full else self.best_auc,
+            "selection_auc": None if full else progress.best_auc,
             "tf_auc": best.get("fold_auc"),
             "interactions_per_s": sum(rates) / len(rates) if rates else None,
             "wall_s": wall_seconds,

@@ -19,9 +19,15 @@ step sees as many questions as SAINT's batch of 512 windows.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from common.model.saint import ModelConfig
+    from common.train.config import TrainConfig
 
 
 def epoch_spans(
@@ -121,3 +127,66 @@ def micro_batch_groups(length: torch.Tensor, size: int, budget: int) -> list:
             groups.append(order[lo:i])
             lo = i
     return groups
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What one run's automatic settings resolved to (0 in TrainConfig: the span, batch
+    size and warm-up), and the batches each epoch steps through."""
+
+    span: int  # questions trained on per sequence
+    context: int  # questions before each span, outside the loss
+    window: int
+    batch_size: int  # windows' worth of trained questions per optimizer step (per process)
+    warmup: int
+    total_steps: int
+    seed: int
+    world: int = 1  # processes of a distributed run, and this one's rank
+    rank: int = 0
+
+    @classmethod
+    def resolve(
+        cls,
+        config: TrainConfig,
+        model_config: ModelConfig,
+        context: int,
+        fit_length: np.ndarray,
+        world: int = 1,
+        rank: int = 0,
+    ) -> TrainPlan:
+        """The plan of `config`'s run, training `fit_length` questions per student, each
+        span after `context` questions (the largest receptive field of the models that
+        predict on a batch: a teacher's too)."""
+        span = config.span or 4 * model_config.receptive_field
+        window = model_config.window
+        batch = config.batch_size or batch_windows(fit_length, window, world)
+        plan = cls(span, context, window, batch, 0, 0, config.seed, world, rank)
+        total = len(plan.epoch_batches(fit_length, 0)[1]) * config.epochs
+        warmup = warmup_steps(config.warmup, total)
+        return cls(span, context, window, batch, warmup, total, config.seed, world, rank)
+
+    def epoch_batches(
+        self, fit_length: np.ndarray, epoch: int
+    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], list[np.ndarray]]:
+        """This epoch's training sequences (epoch_spans) and, per optimizer step, the
+        indices of this rank's sequences: every rank takes the same number of steps, of
+        batch_size windows' worth of trained questions each."""
+        rng = np.random.default_rng([self.seed, epoch])
+        spans = epoch_spans(fit_length, self.span, self.context, rng)
+        _, _, begin, stop = spans
+        windows = -(-(stop - begin) // self.window)
+        bounds = batch_bounds(windows, self.batch_size * self.world, least=self.world)
+        # only a last, short batch can hold fewer sequences than ranks: none takes it
+        whole = [b for b in bounds if b.stop - b.start >= self.world]
+        steps = [np.arange(b.start, b.stop)[self.rank :: self.world] for b in whole]
+        return spans, steps
+
+    def resolved(self) -> dict:
+        """What checkpoints and config.json record of the plan."""
+        return {
+            "batch_size": self.batch_size,
+            "warmup": self.warmup,
+            "total_steps": self.total_steps,
+            "span": self.span,
+            "context": self.context,
+        }

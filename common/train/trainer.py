@@ -1,7 +1,8 @@
-"""Training loop for 03_train.py: optimizer, validation and model selection, early
-stopping, DistributedDataParallel, the full-data run. Its settings: common/train/config.py;
-its spans, batches and schedule: common/train/plan.py; what it writes and resumes from:
-common/train/outputs.py.
+"""Stage 3's loop (03_train.py): epochs of optimizer steps, validation and model
+selection, early stopping, the full-data run, and `train`, which claims a fold folder and
+runs the loop in it. Its settings: common/train/config.py; what it trains with (model,
+teacher, optimizer, scaler, DDP): common/train/build.py; its spans, batches and schedule:
+common/train/plan.py; what it writes and resumes from: common/train/outputs.py.
 
 Model selection: with --select-on inner (the default) early stopping and best.pt are
 chosen on an inner validation split carved from the fold's training students
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -26,29 +26,21 @@ from tqdm import tqdm
 from common import layout
 from common.data.features import window_inputs
 from common.data.fold_data import FoldData, Tails, load_fold_data, load_full_data
-from common.device import Distributed, autocast_dtype, resolve_device
+from common.device import Distributed, resolve_device
 from common.files import write_run_record
 from common.layout import model_dir
 from common.metrics import auc_or_nan, binary_log_loss
 from common.model.checkpoint import cv_epochs
-from common.model.difficulty import install_difficulty, out_of_fold_buckets
-from common.model.distill import check_distill_options, distillation_loss, load_teacher
+from common.model.distill import distillation_loss
 from common.model.predict import predict_tails, to_tensors
 from common.model.saint import SAINT
-from common.model.tags import install_tags, tag_shape
 from common.runs.folders import RunClashError, check_run_name, claim_fold_dir, run_name
 from common.runs.oof import write_oof
 from common.runs.table import append_run_row
+from common.train.build import build
 from common.train.config import TrainConfig
-from common.train.outputs import TrainOutputs
-from common.train.plan import (
-    batch_bounds,
-    batch_windows,
-    epoch_spans,
-    lr_factor,
-    micro_batch_groups,
-    warmup_steps,
-)
+from common.train.outputs import Progress, RunFiles
+from common.train.plan import TrainPlan, micro_batch_groups
 
 
 def masked_bce(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -74,7 +66,11 @@ class EpochRecord:
 
 
 @dataclass
-class Trainer(TrainOutputs):
+class Trainer:
+    """The training loop of one fold (or the full-data run): epochs of optimizer steps,
+    validation, selection and early stopping. What it trains with is built once
+    (common.train.build.TrainSetup); what it writes is common.train.outputs.RunFiles."""
+
     config: TrainConfig
     run_dir: Path  # output/runs/NAME (layout.run_dir)
     data: FoldData
@@ -84,118 +80,42 @@ class Trainer(TrainOutputs):
     def __post_init__(self) -> None:
         self.fold_dir = model_dir(self.run_dir, self.config.fold, self.config.full_data)
         self.fold_dir.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(self.config.seed)
-        np.random.seed(self.config.seed)
-        random.seed(self.config.seed)
-        shape = (0, 1)
-        if self.config.tags:
-            shape = tag_shape(self.data.questions)
-        self.model_config = self.config.model_config(self.data.n_questions, shape)
-        self.model = SAINT(self.model_config).to(self.device)
-        self.teacher = None
-        if self.config.teacher:
-            check_distill_options(self.config.distill_alpha, self.config.distill_temperature)
-            self.teacher = load_teacher(
-                self.config.teacher, self.device, self.model_config, self.data.fingerprint
-            )
-        # context before each span: every model that predicts on the batch (a teacher
-        # too) must have its whole receptive field behind each trained position
-        self.context = max(
-            m.config.receptive_field for m in (self.model, self.teacher) if m is not None
+        self.setup = build(self.config, self.data, self.device, self.dist)
+        self.files = RunFiles(
+            self.config, self.run_dir, self.fold_dir, self.setup, self.data.fingerprint
         )
-        self.span = self.config.span or 4 * self.model_config.receptive_field
-        self.batch_size = self.config.batch_size or batch_windows(
-            self.data.fit_length, self.model_config.window, self.dist.world
-        )
-        self._check_selection()
-        self.difficulty = None  # per flat question: its difficulty bucket as an input
-        if self.config.model.difficulty_buckets:
-            install_difficulty(self.model, self.data)
-            self.difficulty = out_of_fold_buckets(
-                self.data.sequences,
-                self.data.fit_length,
-                self.data.n_questions,
-                self.config.model.difficulty_buckets,
-            )
-        if self.config.tags:
-            install_tags(self.model, self.data.questions)
-        self.train_model = self.model
-        if self.config.compile:  # validation and checkpoints keep the plain module
-            self.train_model = torch.compile(self.model, dynamic=True)
-        if self.dist.world > 1:
-            # buffers are not broadcast: the rotary table grows lazily to each rank's
-            # largest position, and the difficulty buckets are computed alike on every rank
-            self.train_model = torch.nn.parallel.DistributedDataParallel(
-                self.train_model,
-                device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                broadcast_buffers=False,
-            )
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": self.config.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=self.config.lr,
-            betas=(0.9, 0.98),  # Vaswani et al.'s Adam betas for warm-up schedules
-        )
-        total = len(self.epoch_batches(0)[1]) * self.config.epochs
-        self.warmup = warmup_steps(self.config.warmup, total)
-        self.total_steps = total
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda step: lr_factor(step + 1, self.config.schedule, self.warmup, total),
-        )
-        self.amp_dtype = autocast_dtype(self.config.amp, self.device)
-        self.scaler = torch.amp.GradScaler(
-            self.device.type, enabled=self.amp_dtype == torch.float16
-        )
-        self.epoch = 0
-        self.step = 0
-        self.best_auc = -math.inf
-        self.best_epoch = -1
-        self.history: list[dict] = []
+        self.progress = Progress()
 
-    def _check_selection(self) -> None:
-        if self.config.full_data:
-            return  # nothing is held out: every epoch's model is the last and the best
-        if self.config.select_on not in ("inner", "fold"):
-            raise ValueError(f"select_on must be inner or fold, got {self.config.select_on!r}")
-        if self.config.select_on == "inner" and len(self.data.inner_tails.students) == 0:
-            raise ValueError(
-                "select_on inner needs an inner validation split, and this fold data has "
-                "none (load it with inner_share > 0, or select on the fold)"
-            )
+    @property
+    def model(self) -> SAINT:
+        return self.setup.model
+
+    @property
+    def plan(self) -> TrainPlan:
+        return self.setup.plan
 
     def epoch_batches(
         self, epoch: int
     ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], list[np.ndarray]]:
-        """This epoch's training sequences (epoch_spans) and, per optimizer step, the
-        indices of this rank's sequences: every rank takes the same number of steps, of
-        batch_size windows' worth of trained questions each."""
-        rng = np.random.default_rng([self.config.seed, epoch])
-        spans = epoch_spans(self.data.fit_length, self.span, self.context, rng)
-        _, _, begin, stop = spans
-        windows = -(-(stop - begin) // self.model_config.window)
-        world, rank = self.dist.world, self.dist.rank
-        bounds = batch_bounds(windows, self.batch_size * world, least=world)
-        # only a last, short batch can hold fewer sequences than ranks: none takes it
-        whole = [b for b in bounds if b.stop - b.start >= world]
-        steps = [np.arange(b.start, b.stop)[rank::world] for b in whole]
-        return spans, steps
+        """This epoch's training sequences and this rank's sequences per optimizer step
+        (TrainPlan.epoch_batches over the fold's training questions)."""
+        return self.plan.epoch_batches(self.data.fit_length, epoch)
+
+    def resume(self) -> bool:
+        """Continue after the latest epoch checkpoint (RunFiles.resume); False: none."""
+        return self.files.resume(self.progress, self.device, self.dist.main)
 
     # -- one epoch ---------------------------------------------------------------------
     def train_epoch(self) -> tuple[float, float, float]:
-        config = self.config
-        (student, start, begin, stop), steps = self.epoch_batches(self.epoch)
-        self.train_model.train()
+        """(mean loss, trained questions per second, seconds) of one epoch's steps."""
+        (student, start, begin, stop), steps = self.epoch_batches(self.progress.epoch)
+        self.setup.train_model.train()
         total_loss, total_count = 0.0, 0
         clock = time.perf_counter()
         bar = tqdm(
             steps,
-            desc=f"epoch {self.epoch + 1}",
-            disable=not (config.progress and self.dist.main),
+            desc=f"epoch {self.progress.epoch + 1}",
+            disable=not (self.config.progress and self.dist.main),
             leave=False,
         )
         for index in bar:
@@ -227,7 +147,7 @@ class Trainer(TrainOutputs):
             start[index],
             stop[index] - start[index],
             self.data.n_questions,
-            self.difficulty,
+            self.setup.difficulty,
         )
         inputs["trained"] = inputs["valid"] & (inputs["position"] >= begin[index][:, None])
         return inputs
@@ -239,7 +159,7 @@ class Trainer(TrainOutputs):
 
         On a CPU (no --micro-batch) the parts are sorted by length (micro_batch_groups)."""
         size = self.config.micro_batch or (len(batch["valid"]) if self.device.type == "cuda" else 0)
-        groups = micro_batch_groups(batch["valid"].sum(1), size, 64 * self.model_config.window)
+        groups = micro_batch_groups(batch["valid"].sum(1), size, 64 * self.plan.window)
         parts = []
         for index in groups:  # slices, or (CPU path only) index tensors on the batch's device
             part = {name: value[index] for name, value in batch.items()}
@@ -250,17 +170,18 @@ class Trainer(TrainOutputs):
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Mean loss over the batch's trained positions."""
         valid = batch["trained"].float()
+        setup = self.setup
         with torch.autocast(
             self.device.type,
-            dtype=self.amp_dtype or torch.float32,
-            enabled=self.amp_dtype is not None,
+            dtype=setup.amp_dtype or torch.float32,
+            enabled=setup.amp_dtype is not None,
         ):
-            logits = self.train_model(batch)
-            if self.teacher is None:
+            logits = setup.train_model(batch)
+            if setup.teacher is None:
                 return masked_bce(logits, batch["label"], valid)
 
             with torch.no_grad():
-                teacher_logits = self.teacher(batch)
+                teacher_logits = setup.teacher(batch)
             return distillation_loss(
                 logits,
                 teacher_logits,
@@ -271,8 +192,10 @@ class Trainer(TrainOutputs):
             )
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
+        """One optimizer step on `batch` (in micro-batches); (its loss, trained count)."""
+        setup = self.setup
         total = int(batch["trained"].sum())
-        self.optimizer.zero_grad(set_to_none=True)
+        setup.optimizer.zero_grad(set_to_none=True)
         parts = self.micro_batches(batch)
         batch_loss = 0.0
         for i, part in enumerate(parts):
@@ -280,17 +203,17 @@ class Trainer(TrainOutputs):
             last = i == len(parts) - 1
             sync = contextlib.nullcontext()
             if self.dist.world > 1 and not last:
-                sync = self.train_model.no_sync()  # one all-reduce per optimizer step
+                sync = setup.train_model.no_sync()  # one all-reduce per optimizer step
             with sync:
                 loss = self.loss(part) * weight
-                self.scaler.scale(loss).backward()
+                setup.scaler.scale(loss).backward()
             batch_loss += float(loss.item())
-        self.scaler.unscale_(self.optimizer)
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.scheduler.step()
-        self.step += 1
+        setup.scaler.unscale_(setup.optimizer)
+        torch.nn.utils.clip_grad_norm_(setup.model.parameters(), self.config.grad_clip)
+        setup.scaler.step(setup.optimizer)
+        setup.scaler.update()
+        setup.scheduler.step()
+        self.progress.step += 1
         return batch_loss, total
 
     def validate(self, tails: Tails) -> tuple[float, float, np.ndarray]:
@@ -310,104 +233,127 @@ class Trainer(TrainOutputs):
 
     def describe(self) -> str:
         """What this run trains on and how: printed at the start of fit."""
-        data, config = self.data, self.config
-        inner = data.inner_tails
-        selection = (
-            f"full data: {len(data.fit_length):,} students' {int(data.fit_length.sum()):,} "
-            "questions all train; nothing is validated, best.pt is the last epoch"
-            if config.full_data
-            else f"selection on an inner split of {len(inner.students):,} training students "
-            f"({int((inner.end - inner.history).sum()):,} questions, share "
-            f"{config.inner_share:g}); the fold's {len(data.valid_students):,} validation "
-            f"students are logged only"
-            if config.select_on == "inner"
-            else f"selection on the fold's {len(data.valid_students):,} validation students "
-            f"(the rows 04 and 05 score: optimistic)"
-        )
+        config, plan = self.config, self.plan
         warmup = "" if config.warmup else " (automatic: a tenth of the run, at most 4,000)"
         return (
             f"{self.model.n_parameters():,} parameters; device {self.device}; "
-            f"{selection}\n"
-            f"sequences: spans of {self.span} questions after {self.context} of context "
-            f"(receptive field {self.model_config.receptive_field}); "
-            f"batches of {self.batch_size} windows' worth of trained questions"
+            f"{describe_selection(config, self.data)}\n"
+            f"sequences: spans of {plan.span} questions after {plan.context} of context "
+            f"(receptive field {self.setup.model_config.receptive_field}); "
+            f"batches of {plan.batch_size} windows' worth of trained questions"
             f"{'' if config.batch_size else ' (automatic: see --batch-size)'}\n"
             f"schedule: {config.schedule}, lr {config.lr:g} after a warm-up of "
-            f"{self.warmup:,}{warmup} of {self.total_steps:,} steps "
-            f"({self.total_steps // max(config.epochs, 1):,} per epoch)"
+            f"{plan.warmup:,}{warmup} of {plan.total_steps:,} steps "
+            f"({plan.total_steps // max(config.epochs, 1):,} per epoch)"
         )
 
     # -- the loop ----------------------------------------------------------------------
     def finished(self) -> bool:
         """All epochs trained, or early stopping's patience ran out."""
-        stopped = self.best_epoch >= 0 and self.epoch - self.best_epoch > self.config.patience
-        return self.epoch >= self.config.epochs or stopped
+        progress = self.progress
+        stopped = (
+            progress.best_epoch >= 0 and progress.epoch - progress.best_epoch > self.config.patience
+        )
+        return progress.epoch >= self.config.epochs or stopped
 
     def fit(self) -> list[dict]:
-        config = self.config
-        self.epochs_run = 0
-        if config.resume and self.resume():
-            if self.finished():  # `--fold all --resume` keeps the folds already done
-                if self.dist.main:
-                    print(
-                        f"{self.fold_dir.name} finished already (epoch {self.epoch}, best epoch "
-                        f"{self.best_epoch}): kept"
-                    )
-                return self.history
-            if self.dist.main:
-                print(f"resumed after epoch {self.epoch} (best AUC {self.best_auc:.4f})")
+        """Train until finished (after a resume, when --resume); the history's rows."""
+        if self.config.resume and self.resume() and self.report_resume():
+            return self.progress.history
         if self.dist.main:
-            write_run_record(
-                self.fold_dir,
-                "train",
-                asdict(config) | {"model_config": self.model_config.to_dict()},
-            )
+            record = asdict(self.config) | {"model_config": self.setup.model_config.to_dict()}
+            write_run_record(self.fold_dir, "train", record)
             print(self.describe())
         while not self.finished():
-            train_loss, rate, train_seconds = self.train_epoch()
-            self.epoch += 1
-            self.epochs_run += 1
-            inner_loss = inner_auc = fold_loss = fold_auc = math.nan
-            inner_probability = None
-            valid_seconds = 0.0
-            if self.dist.main:
-                clock = time.perf_counter()
-                if len(self.data.inner_tails.students):
-                    inner = self.validate(self.data.inner_tails)
-                    inner_loss, inner_auc, inner_probability = inner
-                if len(self.data.fold_tails.students):
-                    fold_loss, fold_auc, _ = self.validate(self.data.fold_tails)
-                valid_seconds = time.perf_counter() - clock
-            selected = inner_auc if config.select_on == "inner" else fold_auc
-            selected = self.dist.broadcast(selected)
-            record = EpochRecord(
-                self.epoch,
-                train_loss,
-                inner_loss,
-                inner_auc,
-                fold_loss,
-                fold_auc,
-                rate,
-                train_seconds,
-                valid_seconds,
-                self.optimizer.param_groups[0]["lr"],
-            )
-            self.history.append(asdict(record))
-            improved = config.full_data or (not math.isnan(selected) and selected > self.best_auc)
-            if improved:
-                self.best_auc, self.best_epoch = selected, self.epoch
-            if self.dist.main:
-                self._write_epoch(improved)
-                if improved and config.select_on == "inner" and inner_probability is not None:
-                    self._write_inner_predictions(inner_probability)
-                print(
-                    f"epoch {self.epoch}: train loss {train_loss:.4f}  inner loss "
-                    f"{inner_loss:.4f} AUC {inner_auc:.4f}  fold loss {fold_loss:.4f} AUC "
-                    f"{fold_auc:.4f}  (selects: {config.select_on})  "
-                    f"{rate:,.0f} interactions/s  ({train_seconds:.0f}+{valid_seconds:.0f} s)"
-                )
+            self.run_epoch()
             self.dist.barrier()
-        return self.history
+        return self.progress.history
+
+    def report_resume(self) -> bool:
+        """Say where a resume continues; True when the fold had finished already (`--fold
+        all --resume` keeps the folds already done)."""
+        progress, done = self.progress, self.finished()
+        if self.dist.main and done:
+            print(
+                f"{self.fold_dir.name} finished already (epoch {progress.epoch}, best epoch "
+                f"{progress.best_epoch}): kept"
+            )
+        elif self.dist.main:
+            print(f"resumed after epoch {progress.epoch} (best AUC {progress.best_auc:.4f})")
+        return done
+
+    def run_epoch(self) -> None:
+        """One epoch: train, validate (rank 0), select, write (rank 0), print."""
+        train_loss, rate, train_seconds = self.train_epoch()
+        self.progress.epoch += 1
+        self.progress.epochs_run += 1
+        clock = time.perf_counter()
+        inner, fold = self.validate_epoch()
+        record = EpochRecord(
+            self.progress.epoch, train_loss, inner[0], inner[1], fold[0], fold[1], rate,
+            train_seconds, time.perf_counter() - clock if self.dist.main else 0.0,
+            self.setup.optimizer.param_groups[0]["lr"],
+        )  # fmt: skip
+        self.progress.history.append(asdict(record))
+        selected = record.inner_auc if self.config.select_on == "inner" else record.fold_auc
+        improved = self.select(self.dist.broadcast(selected))
+        if self.dist.main:
+            self.files.write_epoch(self.progress, improved)
+            if improved and self.config.select_on == "inner" and inner[2] is not None:
+                self.files.write_inner_predictions(self.data, self.progress.epoch, inner[2])
+            print(epoch_line(record, self.config.select_on))
+
+    def validate_epoch(self) -> tuple[tuple, tuple]:
+        """(loss, AUC, probabilities) of the inner split and of the fold's validation
+        tails, on rank 0 (NaN, NaN, None where there are none, or on another rank)."""
+        inner = fold = (math.nan, math.nan, None)
+        if self.dist.main and len(self.data.inner_tails.students):
+            inner = self.validate(self.data.inner_tails)
+        if self.dist.main and len(self.data.fold_tails.students):
+            fold = self.validate(self.data.fold_tails)
+        return inner, fold
+
+    def select(self, selected: float) -> bool:
+        """Whether this epoch is the best so far (every epoch is, for the full-data run);
+        the progress records it."""
+        progress = self.progress
+        improved = self.config.full_data or (
+            not math.isnan(selected) and selected > progress.best_auc
+        )
+        if improved:
+            progress.best_auc, progress.best_epoch = selected, progress.epoch
+        return improved
+
+
+def describe_selection(config: TrainConfig, data: FoldData) -> str:
+    """What chooses best.pt, on how many students and questions."""
+    if config.full_data:
+        return (
+            f"full data: {len(data.fit_length):,} students' {int(data.fit_length.sum()):,} "
+            "questions all train; nothing is validated, best.pt is the last epoch"
+        )
+    if config.select_on == "inner":
+        inner = data.inner_tails
+        return (
+            f"selection on an inner split of {len(inner.students):,} training students "
+            f"({int((inner.end - inner.history).sum()):,} questions, share "
+            f"{config.inner_share:g}); the fold's {len(data.valid_students):,} validation "
+            f"students are logged only"
+        )
+    return (
+        f"selection on the fold's {len(data.valid_students):,} validation students "
+        f"(the rows 04 and 05 score: optimistic)"
+    )
+
+
+def epoch_line(record: EpochRecord, select_on: str) -> str:
+    r = record
+    return (
+        f"epoch {r.epoch}: train loss {r.train_loss:.4f}  inner loss {r.inner_loss:.4f} AUC "
+        f"{r.inner_auc:.4f}  fold loss {r.fold_loss:.4f} AUC {r.fold_auc:.4f}  (selects: "
+        f"{select_on})  {r.interactions_per_s:,.0f} interactions/s  "
+        f"({r.train_seconds:.0f}+{r.valid_seconds:.0f} s)"
+    )
 
 
 def train(
@@ -450,6 +396,7 @@ def train(
         data = load_fold_data(output_dir, config.fold, inner_share, config.seed)
     trainer = Trainer(config, run_dir, data, device, dist_info)
     history = trainer.fit()
-    if dist_info.main and trainer.epochs_run:
-        append_run_row(output_dir, trainer.run_row(time.perf_counter() - begin))
+    if dist_info.main and trainer.progress.epochs_run:
+        row = trainer.files.run_row(trainer.progress, time.perf_counter() - begin)
+        append_run_row(output_dir, row)
     return history
