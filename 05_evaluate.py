@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from common import cli
-from common.report.evaluate import EvaluateConfig, evaluate
+from common.report.evaluate import EvaluateConfig, Evaluation, evaluate
 from common.runs.folders import choose_run
 from common.runs.table import latest_run, runs_text
 
@@ -43,32 +43,28 @@ def main(argv: list[str] | None = None) -> int:
     return cli.guarded(body)
 
 
-def report(head: dict) -> None:
+def report(head: Evaluation) -> None:
     interval = ""
-    if "auc_ci_low" in head and head["auc_ci_low"] == head["auc_ci_low"]:
-        interval = f" (95% CI {head['auc_ci_low']:.4f}-{head['auc_ci_high']:.4f})"
-    print(
-        f"run {head['run']}: model AUC {head['auc']:.4f}{interval} on {head['rows']:,} rows, "
-        f"folds {head['folds']}"
-    )
-    if head.get("auc_fold_std") is not None:
+    if head.auc_ci_low == head.auc_ci_low:  # not NaN: a bootstrap ran
+        interval = f" (95% CI {head.auc_ci_low:.4f}-{head.auc_ci_high:.4f})"
+    rows = f"{head.rows:,} rows, folds {head.folds}"
+    print(f"run {head.run}: model AUC {head.auc:.4f}{interval} on {rows}")
+    if head.auc_fold_std is not None:
         print(
-            f"fold mean {head['auc_fold_mean']:.4f} ± {head['auc_fold_std']:.4f} "
-            f"(std over {len(head['fold_aucs'])} folds)"
+            f"fold mean {head.auc_fold_mean:.4f} ± {head.auc_fold_std:.4f} "
+            f"(std over {len(head.fold_aucs)} folds)"
         )
-    for name, auc in head["baselines"].items():
-        print(f"{name} baseline AUC {auc:.4f} (lift {head['lift'][name]:+.4f})")
-    if head.get("blend_auc") is not None:
-        weights = ", ".join(f"fold {k}: {c['weight']:g}" for k, c in head["blend"].items())
-        print(
-            f"blend AUC {head['blend_auc']:.4f} (model's weight, from the inner split: {weights})"
-        )
-    for reason in head.get("no_blend", []):
+    for name, auc in head.baselines.items():
+        print(f"{name} baseline AUC {auc:.4f} (lift {head.lift[name]:+.4f})")
+    if head.blend_auc is not None:
+        weights = ", ".join(f"fold {k}: {c['weight']:g}" for k, c in head.blend.items())
+        print(f"blend AUC {head.blend_auc:.4f} (model's weight, from the inner split: {weights})")
+    for reason in head.no_blend:
         print(f"no blend for {reason}")
-    if head["oracle_auc"] is not None:
-        print(f"oracle AUC {head['oracle_auc']:.4f} on the same rows")
-    print(head["selection"])
-    print(f"report: {head['report']}")
+    if head.oracle_auc is not None:
+        print(f"oracle AUC {head.oracle_auc:.4f} on the same rows")
+    print(head.selection)
+    print(f"report: {head.report}")
 
 
 if __name__ == "__main__":

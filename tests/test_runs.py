@@ -324,5 +324,5 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
     assert listed[1].split()[:2] == [runs[0], "evaluate"]
     text = (a / layout.REPORT_FILE).read_text()
     assert text.startswith(f"# Evaluation report: run {runs[0]}")
-    assert text.index("## Run") < text.index("## Headline")
+    assert text.index("## Headline") < text.index("## Run")  # the answer first
     assert "Training command (every fold): `python " in text  # in-process: pytest's argv
