@@ -15,7 +15,7 @@ from common.data.preprocess import PreprocessConfig
 from common.errors import UserError
 from common.model.saint import MODEL_PRESETS, ModelConfig
 from common.report.evaluate import EvaluateConfig
-from common.stream.inference import InferConfig
+from common.stream.fold_stream import InferConfig
 from common.train.config import TrainConfig, add_train_flags
 from tests.helpers import run_numbered_script
 

@@ -15,7 +15,7 @@ import torch
 
 from common.data.fold_data import load_fold_data
 from common.report.evaluate import EvaluateConfig, evaluate
-from common.stream.inference import InferConfig, run_emulated
+from common.stream.fold_stream import InferConfig, run_emulated
 from common.train.trainer import Trainer
 from tests.helpers import RUN, make_tiny_demo, run_folder, train_config
 

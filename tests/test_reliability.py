@@ -42,7 +42,7 @@ from common.runs.table import append_run_row
 from common.stream import online
 from common.stream.api_loop import stream_loop
 from common.stream.emulator import Emulator, EmulatorConfig, stream_frame
-from common.stream.inference import write_outputs
+from common.stream.fold_stream import write_outputs
 from common.stream.online import OnlineState, Snapshot, StateMemoryError, build_snapshot
 from common.train.trainer import Trainer
 from tests.helpers import (
@@ -768,10 +768,16 @@ def test_same_input_same_data_and_folds(demo_input, tmp_path):
 
 
 @pytest.mark.slow
-def test_same_checkpoint_same_predictions(demo, trained, streamed, tmp_path):
+def test_same_checkpoint_same_predictions(demo, trained, streamed, tmp_path, monkeypatch):
+    loads = []  # the folds read from disk (each read hashes the file for its fingerprint)
+    load = Fold.load.__func__
+    monkeypatch.setattr(
+        Fold, "load", classmethod(lambda cls, out, k: loads.append(k) or load(cls, out, k))
+    )
     again = fresh_run(demo, tmp_path / "run", fold0(trained))
     done = run("04_infer.py", "--output-dir", again, *INFER_FLAGS)
     assert done.returncode == 0, done.stderr
+    assert loads == [0]  # the stream reads and fingerprints its fold once
     for name in ("validation_predictions.csv", "stream_predictions.parquet"):
         assert (fold0(again) / name).read_bytes() == (fold0(streamed) / name).read_bytes()
 

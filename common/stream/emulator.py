@@ -110,6 +110,20 @@ def group_order(frame: pd.DataFrame, config: EmulatorConfig) -> tuple[np.ndarray
     first = np.flatnonzero(starts)
     rows = np.diff(np.append(first, len(frame)))
     question = frame["content_type_id"].to_numpy()[first] == QUESTION
+    assigned = _assign_groups(user[first], rows, question, config)
+    row_group = np.repeat(assigned, rows)
+    order = np.lexsort((np.arange(len(frame)), row_group))
+    sizes = np.bincount(row_group)
+    sizes = sizes[sizes > 0]
+    return order, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+
+
+def _assign_groups(
+    owner: np.ndarray, rows: np.ndarray, question: np.ndarray, config: EmulatorConfig
+) -> np.ndarray:
+    """The group of each container (in stream order), as group_order describes; owner,
+    rows, question: each container's user id, number of rows, and whether it holds
+    questions."""
     rng = np.random.default_rng(config.seed)
     top = np.log(config.max_group_students + 1)
 
@@ -123,9 +137,9 @@ def group_order(frame: pd.DataFrame, config: EmulatorConfig) -> tuple[np.ndarray
     fill: list[int] = []
     next_group: dict[int, int] = {}
     lowest_open = 0
-    assigned = np.empty(len(first), dtype=np.int64)
-    for c, row in enumerate(first.tolist()):
-        student = int(user[row])
+    assigned = np.empty(len(owner), dtype=np.int64)
+    for c in range(len(owner)):
+        student = int(owner[c])
         g = max(next_group.get(student, 0), lowest_open)
         while True:
             while g >= len(capacity):
@@ -143,11 +157,7 @@ def group_order(frame: pd.DataFrame, config: EmulatorConfig) -> tuple[np.ndarray
             next_group[student] = g + 1
         while lowest_open < len(capacity) and fill[lowest_open] >= capacity[lowest_open]:
             lowest_open += 1
-    row_group = np.repeat(assigned, rows)
-    order = np.lexsort((np.arange(len(frame)), row_group))
-    sizes = np.bincount(row_group)
-    sizes = sizes[sizes > 0]
-    return order, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    return assigned
 
 
 class Emulator:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from common.layout import (
     state_dir,
 )
 from common.model.checkpoint import save_inference_checkpoint
+from common.options import option
 from common.stream.kaggle_notebook import COMPETITION
 from common.stream.online import Snapshot, build_snapshot
 
@@ -49,6 +51,44 @@ NOTEBOOK_ENTRY = f"{PACKAGE}.stream.kaggle_notebook"
 ENTRY_FILE = NOTEBOOK_ENTRY.replace(".", "/") + ".py"  # under the bundle's code/
 NOTEBOOK_FILE = "submission.ipynb"
 KAGGLE_INPUT = "/kaggle/input"  # where a notebook's datasets and competition data are
+
+
+DATASET_SLUG = "riiid-saint"  # the dataset's default name under its owner
+
+
+@dataclass
+class KaggleConfig:
+    """04's Kaggle export: whether and where it is written, the ids it is uploaded under,
+    the kernel's settings."""
+
+    export: bool = option(
+        True, "skip the Kaggle export (by default 04 exports after streaming one fold)"
+    )
+    kaggle_dir: Path | None = option(
+        None,
+        "where to export the Kaggle dataset/ and kernel/ (<run>/kaggle unless given)",
+        metavar="DIR",
+    )
+    kaggle_dataset_id: str | None = option(
+        None,
+        f"the dataset's id, owner/slug ($KAGGLE_USERNAME/{DATASET_SLUG} unless given)",
+        metavar="ID",
+    )
+    kaggle_kernel_id: str | None = option(
+        None, "the notebook's id (<dataset id>-submission unless given)", metavar="ID"
+    )
+    kaggle_gpu: bool = option(True, "the notebook asks for no GPU")
+    kaggle_docker_image: str | None = option(
+        None,
+        "pin the notebook's environment (kernel-metadata.json's docker_image; Kaggle's "
+        "latest image unless given)",
+        metavar="IMAGE",
+    )
+
+    def ids(self) -> KaggleIds:
+        owner = os.environ.get("KAGGLE_USERNAME", "your-kaggle-username")
+        dataset = self.kaggle_dataset_id or f"{owner}/{DATASET_SLUG}"
+        return KaggleIds(dataset, self.kaggle_kernel_id, self.kaggle_gpu, self.kaggle_docker_image)
 
 
 @dataclass

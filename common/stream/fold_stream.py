@@ -1,7 +1,8 @@
-"""04_infer.py's logic: a fold's validation rows streamed through the emulated API, its
-predictions and metric table, the run's out-of-fold file and its row of runs.csv. The
-loop itself is common.stream.api_loop (the Kaggle notebook runs the same one,
-common.stream.kaggle_notebook); the Kaggle export is common.stream.kaggle_export."""
+"""A fold's validation rows streamed through the emulated API (04_infer.py, locally): its
+predictions and metric table, the run's out-of-fold file and its row of runs.csv, and
+04's settings (InferConfig). The loop itself is common.stream.api_loop (the Kaggle
+notebook runs the same one, common.stream.kaggle_notebook); what 04 does with a run's
+folds is common.stream.infer."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from common.runs.provenance import epochs_trained
 from common.runs.table import append_run_row, config_columns
 from common.stream.api_loop import stream_loop
 from common.stream.emulator import Emulator, EmulatorConfig
+from common.stream.kaggle_export import KaggleConfig
 from common.stream.online import OnlineState, build_snapshot
 
 
@@ -53,6 +55,16 @@ class InferConfig:
         "fit it, and a student who would not fit stops the run with a message (the total is "
         "in stream_summary.json; unbounded by default, 9 GB with --competition)",
         metavar="GB",
+    )
+
+    kaggle: KaggleConfig = field(default_factory=KaggleConfig)
+    competition: bool = option(
+        False, "run against the real riiideducation API (by default only where it is importable)"
+    )
+    model_dir: Path | None = option(
+        None,
+        "competition mode: the Kaggle dataset folder (<kaggle-dir>/dataset unless given)",
+        metavar="DIR",
     )
 
     @property

@@ -1,0 +1,118 @@
+"""04_infer.py's logic: against the real API where `riiideducation` is importable (or
+with --competition), run the exported bundle; otherwise stream the run's folds through the
+emulated API (common.stream.fold_stream), keep its out-of-fold file whole, and export the
+Kaggle bundle of the one fold streamed, or of the full-data model (--full)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from common import cli, layout
+from common.data.fold_data import fold_count
+from common.errors import UserError
+from common.runs.folders import choose_run
+from common.runs.oof import write_oof
+from common.runs.table import latest_run
+from common.stream.fold_stream import InferConfig, run_emulated, streamed_already
+from common.stream.kaggle_export import export_kaggle
+from common.stream.kaggle_notebook import run_submission
+
+
+def infer(config: InferConfig, output_dir: Path, run: str | None) -> None:
+    """What `04_infer.py` does with run `run` (None: the only run, or the latest trained)
+    of `output_dir`."""
+    if config.competition or importlib.util.find_spec("riiideducation") is not None:
+        run_competition(config, output_dir, run)
+        return
+    run = choose_run(output_dir, run, latest_run(output_dir))
+    run_dir = layout.run_dir(output_dir, run)
+    if config.full:  # nothing to stream: the full-data model has seen every student
+        if not config.kaggle.export:
+            raise UserError("--full exports the full-data model's bundle: drop --no-export")
+        export(replace(config, fold=0), output_dir, run_dir)
+        return
+    folds = stream_folds(config, output_dir, run_dir)
+    if not config.kaggle.export:
+        return
+    if len(folds) > 1:
+        print(
+            "several folds: no Kaggle export (it ships one model: 04_infer.py --fold k, or "
+            "--full after 03_train.py --full-data)"
+        )
+        return
+    export(replace(config, fold=folds[0]), output_dir, run_dir)
+
+
+def run_competition(config: InferConfig, output_dir: Path, run: str | None) -> None:
+    """The bundle (--model-dir, or the run's export) streamed through the real API."""
+    if not isinstance(config.fold, int) and len(config.fold) != 1:
+        raise UserError("the competition's API streams one model: give one --fold")
+    fold = config.fold if isinstance(config.fold, int) else config.fold[0]
+    model = layout.model_dir(Path(), fold, config.full).name  # fold{k} or full
+    model_dir = config.model_dir
+    if model_dir is None:
+        kaggle_dir = config.kaggle.kaggle_dir
+        if kaggle_dir is None:
+            run = choose_run(output_dir, run, latest_run(output_dir))
+            kaggle_dir = layout.kaggle_dir(layout.run_dir(output_dir, run))
+        model_dir = Path(kaggle_dir) / layout.KAGGLE_DATASET_SUBDIR
+    run_submission(
+        model_dir,
+        model=model,
+        device=config.device,
+        max_state_gb=config.max_state_memory,
+        cache_students=config.cache_students,
+    )
+
+
+def stream_folds(config: InferConfig, output_dir: Path, run_dir: Path) -> list[int]:
+    """Stream each chosen fold (with several, a fold streamed already with this checkpoint
+    and these settings is kept) and keep the run's oof.parquet whole; the folds."""
+    folds = cli.chosen_folds(config.fold, fold_count(output_dir))
+    untrained = [k for k in folds if not (layout.fold_dir(run_dir, k) / config.checkpoint).exists()]
+    if untrained and len(folds) > 1:  # before any fold streams (one fold: load_model says)
+        raise UserError(
+            f"run {run_dir.name} has no {config.checkpoint} for fold(s) {untrained}: train "
+            f"them (03_train.py --run {run_dir.name} --fold ...) or name the folds to stream"
+        )
+    kept = False
+    for k in folds:
+        fold_config = replace(config, fold=k)
+        if len(folds) > 1 and streamed_already(run_dir, fold_config):
+            print(f"fold {k}: streamed already with this checkpoint and these settings (kept)")
+            kept = True
+            continue
+        summary = run_emulated(output_dir, run_dir, fold_config)
+        fold_dir = layout.fold_dir(run_dir, k)
+        print((fold_dir / "stream_metrics.md").read_text())
+        print(json.dumps({k: summary[k] for k in ("auc", "rows", "groups", "rows_per_s")}))
+        print(f"wrote {fold_dir / layout.VALIDATION_PREDICTIONS}")
+    if kept:  # rebuilt from the folds on disk (a kept fold's rows included)
+        write_oof(run_dir)
+    print(f"out-of-fold predictions of run {run_dir.name}: {run_dir / layout.OOF_FILE}")
+    return folds
+
+
+def export(config: InferConfig, output_dir: Path, run_dir: Path) -> None:
+    """The Kaggle dataset and notebook of fold `config.fold`'s (or the full-data) model."""
+    model = layout.model_dir(Path(), config.fold, config.full).name  # fold{k} or full
+    checkpoint = layout.model_dir(run_dir, config.fold, config.full) / config.checkpoint
+    kaggle = config.kaggle
+    kaggle_dir = kaggle.kaggle_dir or layout.kaggle_dir(run_dir)
+    dataset, kernel = export_kaggle(output_dir, checkpoint, model, kaggle_dir, kaggle.ids())
+    print(
+        f"Kaggle dataset in {dataset}, notebook in {kernel}; submit with\n"
+        f"  kaggle datasets create -p {dataset} --dir-mode zip   "
+        f"(later: kaggle datasets version -p {dataset} --dir-mode zip -m '<what changed>')\n"
+        f"  kaggle kernels push -p {kernel}"
+    )
+    if not kaggle.kaggle_docker_image:
+        print(
+            "note: the notebook runs on Kaggle's latest image unless pinned, and there "
+            "riiideducation (built for Python 3.7) does not import: pin it to the "
+            "competition's original environment in the notebook's settings, or export with "
+            "--kaggle-docker-image"
+        )
