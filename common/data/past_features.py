@@ -141,17 +141,36 @@ def past_features(
 ) -> np.ndarray:
     """(len(entries), len(FEATURE_NAMES)) float64 features of the flat entries."""
     seq, entries = sequences, np.asarray(entries, dtype=np.int64)
-    n = len(seq.row)
     student = np.repeat(np.arange(seq.n_students), seq.lengths())
     start = seq.offsets[student]
     container = start + seq.container_first  # flat index of each entry's container start
     response = seq.response.astype(np.float64)
     question = seq.question.astype(np.int64)
     skills = skill[np.clip(question, 0, len(skill) - 1)]
+    timestamp = seq.timestamp.astype(np.float64)
+    revealed = (student, container, response)
+    out = _student_features(seq, entries, start, container, response, timestamp)
+    out.update(_part_features(entries, seq.part.astype(np.int64), *revealed))
+    out.update(_skill_features(entries, skills, *revealed))
+    out.update(_question_features(entries, question, *revealed, timestamp))
+    out["question_rate"] = rates(question[entries])
+    out["question_count"] = question_count(rates, question[entries])
+    return np.column_stack([np.asarray(out[name], dtype=np.float64) for name in FEATURE_NAMES])
+
+
+def _student_features(
+    seq: QuestionSequences,
+    entries: np.ndarray,
+    start: np.ndarray,
+    container: np.ndarray,
+    response: np.ndarray,
+    timestamp: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The student-wide features and the container's own (size, part): every entry
+    before the container's start is revealed. start, container: each flat entry's
+    student start and container start (flat indices)."""
     elapsed = _elapsed_seconds(seq.elapsed)
     known_elapsed = ~np.isnan(elapsed)
-
-    # student-wide: every entry before the container's start is revealed
     e_start, e_container = start[entries], container[entries]
     answered = e_container - e_start
     correct = _prefix(response)
@@ -162,13 +181,7 @@ def past_features(
     explanation_known = _prefix(seq.explanation > 0)
     elapsed_sum = _prefix(np.where(known_elapsed, elapsed, 0.0))
     elapsed_count = _prefix(known_elapsed)
-    timestamp = seq.timestamp.astype(np.float64)
-    opens = np.ones(n, dtype=bool)
-    opens[1:] = container[1:] != container[:-1]
-    run_id = np.cumsum(opens) - 1
-    size = np.bincount(run_id)[run_id]
-
-    out = {
+    return {
         "answered": answered,
         "correct_rate": _ratio(correct[e_container] - correct[e_start], answered),
         "recent_rate": _ratio(
@@ -179,7 +192,7 @@ def past_features(
             has_previous, _seconds(timestamp[entries] - timestamp[previous]), np.nan
         ),
         "seconds_since_first": _seconds(timestamp[entries] - timestamp[e_start]),
-        "container_size": size[entries],
+        "container_size": _container_size(container)[entries],
         "part": seq.part[entries],
         "explanation_rate": _ratio(
             explained[e_container] - explained[e_start],
@@ -191,30 +204,72 @@ def past_features(
         ),
         "previous_elapsed": np.where(has_previous, elapsed[previous], np.nan),
     }
-    for name, key in (("part", seq.part.astype(np.int64)), ("skill", skills)):
-        count, (right,), last = _revealed_by_key(key, student, container, [response])
-        out[f"{name}_answered"] = count[entries]
-        out[f"{name}_correct_rate"] = _ratio(right[entries], count[entries])
-        if name == "skill":
-            last = last[entries]
-            missing = (last < 0) | (skills[entries] < 0)
-            out["skill_last_correct"] = np.where(missing, np.nan, response[np.maximum(last, 0)])
-            out["skill_answered"] = np.where(skills[entries] < 0, np.nan, count[entries])
-            out["skill_correct_rate"] = np.where(
-                skills[entries] < 0, np.nan, out["skill_correct_rate"]
-            )
+
+
+def _container_size(container: np.ndarray) -> np.ndarray:
+    """(n,) questions in each flat entry's container, from its container start."""
+    opens = np.ones(len(container), dtype=bool)
+    opens[1:] = container[1:] != container[:-1]
+    run_id = np.cumsum(opens) - 1
+    return np.bincount(run_id)[run_id]
+
+
+def _part_features(
+    entries: np.ndarray,
+    part: np.ndarray,
+    student: np.ndarray,
+    container: np.ndarray,
+    response: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """part_*: the student's revealed answers to questions of the entry's part."""
+    count, (right,), _ = _revealed_by_key(part, student, container, [response])
+    return {
+        "part_answered": count[entries],
+        "part_correct_rate": _ratio(right[entries], count[entries]),
+    }
+
+
+def _skill_features(
+    entries: np.ndarray,
+    skills: np.ndarray,
+    student: np.ndarray,
+    container: np.ndarray,
+    response: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """skill_*: the student's revealed answers to questions of the entry's skill; NaN
+    for an entry whose question has no skill (-1)."""
+    count, (right,), last = _revealed_by_key(skills, student, container, [response])
+    no_skill = skills[entries] < 0
+    last = last[entries]
+    missing = (last < 0) | no_skill
+    return {
+        "skill_answered": np.where(no_skill, np.nan, count[entries]),
+        "skill_correct_rate": np.where(no_skill, np.nan, _ratio(right[entries], count[entries])),
+        "skill_last_correct": np.where(missing, np.nan, response[np.maximum(last, 0)]),
+    }
+
+
+def _question_features(
+    entries: np.ndarray,
+    question: np.ndarray,
+    student: np.ndarray,
+    container: np.ndarray,
+    response: np.ndarray,
+    timestamp: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """question_* and seconds_since_question: the student's revealed answers to the
+    entry's very question."""
     count, (right,), last = _revealed_by_key(question, student, container, [response])
     last = last[entries]
     seen = last >= 0
-    out["question_attempts"] = count[entries]
-    out["question_correct_rate"] = _ratio(right[entries], count[entries])
-    out["question_last_correct"] = np.where(seen, response[np.maximum(last, 0)], np.nan)
-    out["seconds_since_question"] = np.where(
-        seen, _seconds(timestamp[entries] - timestamp[np.maximum(last, 0)]), np.nan
-    )
-    out["question_rate"] = rates(question[entries])
-    out["question_count"] = question_count(rates, question[entries])
-    return np.column_stack([np.asarray(out[name], dtype=np.float64) for name in FEATURE_NAMES])
+    return {
+        "question_attempts": count[entries],
+        "question_correct_rate": _ratio(right[entries], count[entries]),
+        "question_last_correct": np.where(seen, response[np.maximum(last, 0)], np.nan),
+        "seconds_since_question": np.where(
+            seen, _seconds(timestamp[entries] - timestamp[np.maximum(last, 0)]), np.nan
+        ),
+    }
 
 
 def question_count(rates: QuestionRates, question: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -246,38 +247,10 @@ def convert_train(
         )
         batches = Prefetcher(reader)
         stack.callback(batches.close)
-        while True:
-            try:
-                batch = batches.read_next_batch()
-            except StopIteration:
-                break
-            except pa.ArrowInvalid as error:
-                locate_parse_error(path, header, summary.rows, error)
-            if batch.num_rows == 0:
-                continue
-            values, nulls = block_arrays(batch)
-            first_row = summary.rows + 1
-            if nulls["row_id"].any() and not config.assign_row_ids:
-                i = int(np.argmax(nulls["row_id"]))
-                raise InputError(
-                    str(path),
-                    "a row_id on every row (pass --assign-row-ids to number rows "
-                    "0..N-1 in file order instead)",
-                    first_row + i,
-                    "row_id",
-                    "<blank>",
-                )
-            if config.assign_row_ids:
-                values["row_id"] = np.arange(
-                    summary.rows, summary.rows + batch.num_rows, dtype=np.int64
-                )
+        for batch in _nonempty_batches(batches, path, header, summary):
             previous_user = checker.last_user
-            checker.check(values, nulls, first_row)
-            values = _fill_blanks(values, nulls, summary)
-            _append(values, nulls, writer, sinks, summary)
-            new_user = np.ones(batch.num_rows, dtype=bool)
-            new_user[1:] = values["user_id"][1:] != values["user_id"][:-1]
-            new_user[0] = values["user_id"][0] != previous_user
+            values = _convert_block(batch, path, checker, config, writer, sinks, summary)
+            new_user = _new_students(values["user_id"], previous_user)
             boundaries.append(np.flatnonzero(new_user) + summary.rows)
             users.append(values["user_id"][new_user])
             summary.rows += batch.num_rows
@@ -286,20 +259,85 @@ def convert_train(
         raise InputError(str(path), "at least one data row", row=1)
     if not checker.row_ids_increasing:
         check_unique_row_ids(path, arrays_dir, summary.rows)
+    summary.students = _write_students(arrays_dir, boundaries, users, summary.rows)
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _nonempty_batches(
+    batches: Prefetcher, path: Path, header: list[str], summary: PreprocessSummary
+) -> Iterator[pa.RecordBatch]:
+    """train.csv's blocks with rows, in file order; a block that does not parse raises an
+    InputError naming its first bad line (summary.rows: the rows converted before it)."""
+    while True:
+        try:
+            batch = batches.read_next_batch()
+        except StopIteration:
+            break
+        except pa.ArrowInvalid as error:
+            locate_parse_error(path, header, summary.rows, error)
+        if batch.num_rows == 0:
+            continue
+        yield batch
+
+
+def _convert_block(
+    batch: pa.RecordBatch,
+    path: Path,
+    checker: RowChecker,
+    config: PreprocessConfig,
+    writer: pq.ParquetWriter,
+    sinks: dict,
+    summary: PreprocessSummary,
+) -> dict[str, np.ndarray]:
+    """Check one block, fill its blanks and append it to the parquet file and the flat
+    arrays; returns its columns as written to the arrays."""
+    values, nulls = block_arrays(batch)
+    first_row = summary.rows + 1
+    if nulls["row_id"].any() and not config.assign_row_ids:
+        i = int(np.argmax(nulls["row_id"]))
+        raise InputError(
+            str(path),
+            "a row_id on every row (pass --assign-row-ids to number rows "
+            "0..N-1 in file order instead)",
+            first_row + i,
+            "row_id",
+            "<blank>",
+        )
+    if config.assign_row_ids:
+        values["row_id"] = np.arange(summary.rows, summary.rows + batch.num_rows, dtype=np.int64)
+    checker.check(values, nulls, first_row)
+    values = _fill_blanks(values, nulls, summary)
+    _append(values, nulls, writer, sinks, summary)
+    return values
+
+
+def _new_students(user: np.ndarray, previous_user) -> np.ndarray:
+    """(n,) bool: rows of a block that start a student (previous_user: the user of the
+    row before the block)."""
+    new_user = np.ones(len(user), dtype=bool)
+    new_user[1:] = user[1:] != user[:-1]
+    new_user[0] = user[0] != previous_user
+    return new_user
+
+
+def _write_students(
+    arrays_dir: Path, boundaries: list[np.ndarray], users: list[np.ndarray], n_rows: int
+) -> int:
+    """users.bin, offsets.bin and manifest.json from each block's student starts (global
+    rows) and their user ids; returns the number of students."""
     user_ids = np.concatenate(users).astype(np.int32)
-    offsets = np.append(np.concatenate(boundaries), summary.rows).astype(np.int64)
+    offsets = np.append(np.concatenate(boundaries), n_rows).astype(np.int64)
     user_ids.tofile(arrays_dir / "users.bin")
     offsets.tofile(arrays_dir / "offsets.bin")
     manifest = {
-        "n_rows": summary.rows,
+        "n_rows": n_rows,
         "n_students": len(user_ids),
         "columns": ROW_ARRAYS,
         "answer_unknown": ANSWER_UNKNOWN,
     }
     (arrays_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    summary.students = len(user_ids)
-    summary.seconds = time.perf_counter() - start
-    return summary
+    return len(user_ids)
 
 
 def _fill_blanks(values, nulls, summary: PreprocessSummary) -> dict[str, np.ndarray]:

@@ -214,16 +214,7 @@ def _rank_within_user(user: np.ndarray, increments: np.ndarray) -> np.ndarray:
 
 def convert(config: ConversionConfig) -> ConvertedDataset:
     """Read every input and build the competition-schema frames (nothing is written)."""
-    folds = config.input_folds or [NO_FOLD] * len(config.inputs)
-    students: list[StudentSequence] = []
-    for path, fold in zip(config.inputs, folds, strict=True):
-        students.extend(read_students(path, config.line_format, fold))
-    check_unique_students(students)
-    kept = [s for s in students if len(s.problems)]
-    files = ", ".join(str(p) for p in config.inputs)
-    if not kept:
-        raise InputError(files, "at least one student with at least one response")
-
+    students, kept, files = _read_inputs(config)
     lengths = np.array([len(s.problems) for s in kept], dtype=np.int64)
     user_id = np.repeat(np.arange(1, len(kept) + 1, dtype=np.int64), lengths)
     raw_problem = np.concatenate([s.problems for s in kept])
@@ -245,37 +236,9 @@ def convert(config: ConversionConfig) -> ConvertedDataset:
     container = _rank_within_user(user_id, rows_per_container.astype(np.int64))
     _check_containers(kept, user_id, container)
 
-    n = len(user_id)
-    train = pd.DataFrame(
-        {
-            "row_id": np.arange(n, dtype=np.int64),
-            "timestamp": container * config.timestamp_step_ms,
-            "user_id": user_id.astype(np.int32),
-            "content_id": content_id.astype(np.int16),
-            "content_type_id": np.zeros(n, dtype=np.int8),
-            "task_container_id": container.astype(np.int16),
-            "user_answer": (1 - correct).astype(np.int8),  # synthetic: 0 = right, 1 = wrong
-            "answered_correctly": correct.astype(np.int8),
-            "prior_question_elapsed_time": np.full(n, np.nan, dtype=np.float32),
-            "prior_question_had_explanation": pd.arrays.BooleanArray(
-                np.zeros(n, dtype=bool), mask=np.ones(n, dtype=bool)
-            ),
-        }
-    )[TRAIN_COLUMNS]
-
-    names = {str(path): path.name for path in config.inputs}
-    user_map = pd.DataFrame(
-        {
-            "user_id": np.arange(1, len(kept) + 1, dtype=np.int32),
-            "raw_student_id": pd.array([s.raw_student_id for s in kept], dtype="Int64"),
-            "raw_user_index": pd.array([s.user_index for s in kept], dtype="Int64"),
-            "source_file": [names[s.source_file] for s in kept],
-            "source_line": np.array([s.source_line for s in kept], dtype=np.int64),
-            "fold": np.array([s.fold for s in kept], dtype=np.int64),
-        }
-    )
+    user_map = _user_map(config, kept)
     converted = ConvertedDataset(
-        train=train,
+        train=_train_frame(user_id, content_id, correct, container, config.timestamp_step_ms),
         questions=questions,
         lectures=pd.DataFrame({c: pd.Series(dtype=d) for c, d in LECTURES_DTYPES.items()}),
         question_map=pd.DataFrame(
@@ -289,6 +252,66 @@ def convert(config: ConversionConfig) -> ConvertedDataset:
     )
     converted.record = _record(config, students, converted, starts, question_tags)
     return converted
+
+
+def _read_inputs(
+    config: ConversionConfig,
+) -> tuple[list[StudentSequence], list[StudentSequence], str]:
+    """(every student read, those with at least one response, the input files named
+    for errors); raises when a student id repeats or no student has a response."""
+    folds = config.input_folds or [NO_FOLD] * len(config.inputs)
+    students: list[StudentSequence] = []
+    for path, fold in zip(config.inputs, folds, strict=True):
+        students.extend(read_students(path, config.line_format, fold))
+    check_unique_students(students)
+    kept = [s for s in students if len(s.problems)]
+    files = ", ".join(str(p) for p in config.inputs)
+    if not kept:
+        raise InputError(files, "at least one student with at least one response")
+    return students, kept, files
+
+
+def _train_frame(
+    user_id: np.ndarray,
+    content_id: np.ndarray,
+    correct: np.ndarray,
+    container: np.ndarray,
+    timestamp_step_ms: int,
+) -> pd.DataFrame:
+    """train.csv's frame, one row per response, with what the source lacks filled in
+    (see filled_in)."""
+    n = len(user_id)
+    return pd.DataFrame(
+        {
+            "row_id": np.arange(n, dtype=np.int64),
+            "timestamp": container * timestamp_step_ms,
+            "user_id": user_id.astype(np.int32),
+            "content_id": content_id.astype(np.int16),
+            "content_type_id": np.zeros(n, dtype=np.int8),
+            "task_container_id": container.astype(np.int16),
+            "user_answer": (1 - correct).astype(np.int8),  # synthetic: 0 = right, 1 = wrong
+            "answered_correctly": correct.astype(np.int8),
+            "prior_question_elapsed_time": np.full(n, np.nan, dtype=np.float32),
+            "prior_question_had_explanation": pd.arrays.BooleanArray(
+                np.zeros(n, dtype=bool), mask=np.ones(n, dtype=bool)
+            ),
+        }
+    )[TRAIN_COLUMNS]
+
+
+def _user_map(config: ConversionConfig, kept: list[StudentSequence]) -> pd.DataFrame:
+    """user_map.csv: each dense user id's source student, file, line and fold."""
+    names = {str(path): path.name for path in config.inputs}
+    return pd.DataFrame(
+        {
+            "user_id": np.arange(1, len(kept) + 1, dtype=np.int32),
+            "raw_student_id": pd.array([s.raw_student_id for s in kept], dtype="Int64"),
+            "raw_user_index": pd.array([s.user_index for s in kept], dtype="Int64"),
+            "source_file": [names[s.source_file] for s in kept],
+            "source_line": np.array([s.source_line for s in kept], dtype=np.int64),
+            "fold": np.array([s.fold for s in kept], dtype=np.int64),
+        }
+    )
 
 
 def question_part(smallest_tag: np.ndarray) -> np.ndarray:
@@ -351,7 +374,22 @@ def _record(
     question_tags: list[list[int]],
 ) -> dict:
     """conversion.json: what went in, what came out, and what was filled in."""
-    train = converted.train
+    return {
+        "dataset": config.name,
+        "line_format": config.line_format,
+        "config": {
+            k: (v if k != "inputs" else [str(p) for p in v]) for k, v in asdict(config).items()
+        },
+        "inputs": _input_records(config, students),
+        "counts": _counts(students, converted, starts, question_tags),
+        "share_correct": float(converted.train["answered_correctly"].mean()),
+        "folds": _folds_note(config),
+        "filled_in": filled_in(config),
+    }
+
+
+def _input_records(config: ConversionConfig, students: list[StudentSequence]) -> list[dict]:
+    """Per input file: its path, size, digest, fold, and the students and rows read."""
     folds = config.input_folds or [NO_FOLD] * len(config.inputs)
     inputs = []
     for path, fold in zip(config.inputs, folds, strict=True):
@@ -367,11 +405,22 @@ def _record(
                 "rows": sum(len(s.problems) for s in own),
             }
         )
+    return inputs
+
+
+def _counts(
+    students: list[StudentSequence],
+    converted: ConvertedDataset,
+    starts: np.ndarray,
+    question_tags: list[list[int]],
+) -> dict:
+    """conversion.json's counts: students, rows, questions and skills, repeats."""
+    train = converted.train
     user, content = train["user_id"].to_numpy(), train["content_id"].to_numpy()
     seen_before = pd.DataFrame({"u": user, "c": content}).duplicated().to_numpy()
     lengths = train.groupby("user_id", sort=False).size().to_numpy()
     n_tags = np.array([len(t) for t in question_tags])
-    counts = {
+    return {
         "students": len(converted.user_map),
         "responses": len(train),
         "task_containers": int(
@@ -391,18 +440,6 @@ def _record(
             "median": float(np.median(lengths)),
             "max": int(lengths.max()),
         },
-    }
-    return {
-        "dataset": config.name,
-        "line_format": config.line_format,
-        "config": {
-            k: (v if k != "inputs" else [str(p) for p in v]) for k, v in asdict(config).items()
-        },
-        "inputs": inputs,
-        "counts": counts,
-        "share_correct": float(train["answered_correctly"].mean()),
-        "folds": _folds_note(config),
-        "filled_in": filled_in(config),
     }
 
 

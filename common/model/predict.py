@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from common.data.features import FlatSource, QuestionSequences, step_inputs
+from common.model.cache import ModelCache
 from common.model.saint import SAINT
 
 
@@ -85,10 +86,7 @@ def predict_tails(
     model.eval()
     out = np.zeros(int((end - history).sum()), dtype=np.float32)
     out_start = np.concatenate(([0], np.cumsum(end - history)[:-1])).astype(np.int64)
-    plans = []
-    for s, h, e in zip(students, history, end):  # noqa: B905 (Python 3.7: the Kaggle bundle)
-        cf = sequences.container_first[sequences.offsets[s] : sequences.offsets[s + 1]]
-        plans.append(plan_student(cf, int(h), int(e), model.config.receptive_field, chunk))
+    plans = _plan_students(sequences, students, history, end, model.config.receptive_field, chunk)
     queue = list(np.argsort([-len(p.steps) for p in plans], kind="stable"))[::-1]
     rows = min(batch_size, len(plans))
     member = np.full(rows, -1, dtype=np.int64)  # index into plans, -1 idle
@@ -96,40 +94,20 @@ def predict_tails(
     source = FlatSource(sequences)
     cache = model.empty_cache(rows, window + chunk)
     while True:
-        for row in np.flatnonzero(member < 0):
-            if not queue:
-                break
-            member[row], step_of[row] = queue.pop(), 0
-            cache.reset(torch.tensor([row]))  # a new student: forget the previous keys
+        _take_students(queue, member, step_of, cache)
         active = member >= 0
         if not active.any():
             break
         if not queue and not active.all():  # the tail: drop idle rows from the batch
             keep = np.flatnonzero(active)
             cache = cache.select(torch.as_tensor(keep, device=device))
-            member, step_of, rows = member[keep], step_of[keep], len(keep)
+            member, step_of = member[keep], step_of[keep]
             active = member >= 0
-        spec = np.zeros((rows, 4), dtype=np.int64)
-        session = np.zeros(rows, dtype=np.int64)
-        owner = np.zeros(rows, dtype=np.int64)
-        for row in np.flatnonzero(active):
-            plan = plans[member[row]]
-            spec[row] = plan.steps[step_of[row]]
-            session[row] = plan.session_start
-            owner[row] = students[member[row]]
-        query_from, query_count, key_from, key_count = spec.T
-        inputs = step_inputs(
-            source,
-            owner,
-            session,
-            query_from,
-            query_count,
-            key_from,
-            key_count,
-            model.config.n_questions,
-        )
+        spec = _next_steps(plans, students, member, step_of)
+        inputs = step_inputs(source, *spec, model.config.n_questions)
         logits = model(to_tensors(inputs, device), cache)
         probability = torch.sigmoid(logits.float()).cpu().numpy()
+        query_from, query_count = spec[2], spec[3]
         for row in np.flatnonzero(active):
             i = member[row]
             q_from, q_count = int(query_from[row]), int(query_count[row])
@@ -140,3 +118,47 @@ def predict_tails(
             if step_of[row] == len(plans[i].steps):
                 member[row] = -1
     return out
+
+
+def _plan_students(
+    sequences: QuestionSequences,
+    students: np.ndarray,
+    history: np.ndarray,
+    end: np.ndarray,
+    context: int,
+    chunk: int,
+) -> list[Plan]:
+    """plan_student for each students[i], predicting [history[i], end[i])."""
+    plans = []
+    for s, h, e in zip(students, history, end):  # noqa: B905 (Python 3.7: the Kaggle bundle)
+        cf = sequences.container_first[sequences.offsets[s] : sequences.offsets[s + 1]]
+        plans.append(plan_student(cf, int(h), int(e), context, chunk))
+    return plans
+
+
+def _take_students(queue: list, member: np.ndarray, step_of: np.ndarray, cache: ModelCache) -> None:
+    """Give idle batch rows (member -1) the next students of `queue`, from its end, in
+    place; a row's cache entries are cleared for its new student."""
+    for row in np.flatnonzero(member < 0):
+        if not queue:
+            break
+        member[row], step_of[row] = queue.pop(), 0
+        cache.reset(torch.tensor([row]))  # a new student: forget the previous keys
+
+
+def _next_steps(
+    plans: list[Plan], students: np.ndarray, member: np.ndarray, step_of: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """step_inputs' (owner, session_start, query_from, query_count, key_from, key_count)
+    of every batch row: its student's next step, all zeros for an idle row."""
+    rows = len(member)
+    spec = np.zeros((rows, 4), dtype=np.int64)
+    session = np.zeros(rows, dtype=np.int64)
+    owner = np.zeros(rows, dtype=np.int64)
+    for row in np.flatnonzero(member >= 0):
+        plan = plans[member[row]]
+        spec[row] = plan.steps[step_of[row]]
+        session[row] = plan.session_start
+        owner[row] = students[member[row]]
+    query_from, query_count, key_from, key_count = spec.T
+    return owner, session, query_from, query_count, key_from, key_count

@@ -275,6 +275,38 @@ class ReadoutAttention(Attention):
         return key.view(batch, length, width), F.linear(value_input, value_weight, value_bias)
 
 
+@dataclass
+class _AttentionInputs:
+    """What the attention layers of one forward pass share. Masks: `causal` over the
+    query stream's positions, `container` over the key stream's (tensors, or Blocks).
+    Rotary tables: of this batch's query and key positions, and, for latent attention
+    (which rotates stored keys at use), of every position in view (`past_rope`: the
+    query stream's, `outcome_rope`: the key stream's; None otherwise). With a cache: where
+    this batch's query and key positions go in its rings."""
+
+    causal: Tensor | Blocks
+    container: Tensor | Blocks
+    query_rope: tuple[Tensor, Tensor]
+    key_rope: tuple[Tensor, Tensor]
+    past_rope: tuple[Tensor, Tensor] | None
+    outcome_rope: tuple[Tensor, Tensor] | None
+    cache: ModelCache | None
+    q_where: tuple | None
+    k_where: tuple | None
+
+    def remember(self, group: str, i: int, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """A layer's new key state; with a cache, stored, and the whole ring returned."""
+        cache = self.cache
+        if cache is None:
+            return state
+        ring = getattr(cache, group)[i]
+        key_side = group == "readout" or (group == "decoder" and i == 0)
+        where = self.k_where if key_side else self.q_where
+        for target, new in zip(ring, state):  # noqa: B905 (Python 3.7: the Kaggle bundle)
+            cache.store(target, new, where, cache.rows)
+        return tuple(cache.read(target) for target in ring)
+
+
 class SAINT(nn.Module):
     """SAINT / SAINT+ over batches from common.data.features.step_inputs."""
 
@@ -283,6 +315,28 @@ class SAINT(nn.Module):
         self.config = config
         d = config.d_model
         self.rotary = Rotary(d // config.n_heads, config.rope_base, config.rope_fraction)
+        # registration order is the state_dict's key order and the order construction
+        # draws random numbers in: checkpoints and seeded weights depend on both
+        self._add_question_embeddings(config)
+        self._add_outcome_embeddings(config)
+        self.embed_dropout = Dropout(config.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.encoder_norm = nn.LayerNorm(d)
+        self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        self.decoder_norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 1)
+        if config.readout == "akt":
+            self._add_readout(config)
+        # queries per block of banded attention on long sequences (0: the window); a
+        # speed setting only, the result is the same (see Blocks)
+        self.attention_block = 0
+        self.apply(self._init_weights)
+        if config.question_embedding == "rasch":
+            self._init_rasch_embeddings()
+
+    def _add_question_embeddings(self, config: ModelConfig) -> None:
+        """The encoder side's tables: question, part, difficulty bucket and tags."""
+        d = config.d_model
         rasch = config.question_embedding == "rasch"
         # rasch: one scalar per question (its difficulty), not a vector
         self.question_embed = nn.Embedding(config.n_questions + 1, 1 if rasch else d)
@@ -302,6 +356,12 @@ class SAINT(nn.Module):
             )
             if rasch:
                 self.tag_variation = nn.Embedding(config.n_tags + 1, d, padding_idx=config.n_tags)
+
+    def _add_outcome_embeddings(self, config: ModelConfig) -> None:
+        """The decoder side's tables: response, the decoder features, and the (question,
+        response) and (tag, response) interactions."""
+        d = config.d_model
+        rasch = config.question_embedding == "rasch"
         self.response_embed = nn.Embedding(N_RESPONSE, d)
         sizes = {
             "elapsed": N_ELAPSED,
@@ -323,37 +383,31 @@ class SAINT(nn.Module):
                 self.tag_interaction_embed = nn.Embedding(pad + 1, d, padding_idx=pad)
                 if rasch:
                     self.tag_interaction_variation = nn.Embedding(pad + 1, d, padding_idx=pad)
-        self.embed_dropout = Dropout(config.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
-        self.encoder_norm = nn.LayerNorm(d)
-        self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
-        self.decoder_norm = nn.LayerNorm(d)
-        self.head = nn.Linear(d, 1)
-        if config.readout == "akt":
-            # standard attention whatever config.attention: its keys and values come from
-            # different inputs (ReadoutAttention)
-            self.readout = ReadoutAttention(replace(config, attention="mha"))
-            self.readout_norm = nn.LayerNorm(d)
-            self.readout_head = nn.Sequential(
-                nn.Linear(2 * d, d), nn.ReLU(), Dropout(config.dropout), nn.Linear(d, 1)
-            )
-        # queries per block of banded attention on long sequences (0: the window); a
-        # speed setting only, the result is the same (see Blocks)
-        self.attention_block = 0
-        self.apply(self._init_weights)
-        if rasch:
-            # as AKT: every question starts as its tags' average (difficulty 0), and the
-            # variation vectors start at unit scale, so that a difficulty's Adam step
-            # moves the input as much as a step of a vector per question would (at the
-            # 0.02 scale of the other embeddings, difficulties barely learn)
-            with torch.no_grad():
-                self.question_embed.weight.zero_()
-                variations = [self.tag_variation]
-                if hasattr(self, "tag_interaction_variation"):
-                    variations.append(self.tag_interaction_variation)
-                for table in variations:
-                    nn.init.normal_(table.weight, std=1.0)
-                    table.weight[table.padding_idx].zero_()
+
+    def _add_readout(self, config: ModelConfig) -> None:
+        """The AKT-style read-out beside the decoder (ModelConfig.readout 'akt')."""
+        d = config.d_model
+        # standard attention whatever config.attention: its keys and values come from
+        # different inputs (ReadoutAttention)
+        self.readout = ReadoutAttention(replace(config, attention="mha"))
+        self.readout_norm = nn.LayerNorm(d)
+        self.readout_head = nn.Sequential(
+            nn.Linear(2 * d, d), nn.ReLU(), Dropout(config.dropout), nn.Linear(d, 1)
+        )
+
+    def _init_rasch_embeddings(self) -> None:
+        # as AKT: every question starts as its tags' average (difficulty 0), and the
+        # variation vectors start at unit scale, so that a difficulty's Adam step
+        # moves the input as much as a step of a vector per question would (at the
+        # 0.02 scale of the other embeddings, difficulties barely learn)
+        with torch.no_grad():
+            self.question_embed.weight.zero_()
+            variations = [self.tag_variation]
+            if hasattr(self, "tag_interaction_variation"):
+                variations.append(self.tag_interaction_variation)
+            for table in variations:
+                nn.init.normal_(table.weight, std=1.0)
+                table.weight[table.padding_idx].zero_()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -469,6 +523,20 @@ class SAINT(nn.Module):
         With a cache, this batch's keys are written into it (in place) and queries attend
         to its earlier keys too; a view of a pool's rows (ModelCache.view) writes into
         those rows."""
+        attend = self._attention_inputs(batch, cache)
+        memory = self._encode(batch, attend)  # (B, T, D)
+        keys = self._key_stream(batch)  # (B, S, D)
+        x = self._decode(batch, keys, memory, attend)  # (B, T, D)
+        logits = self.head(self.decoder_norm(x)).squeeze(-1)  # (B, T)
+        if self.config.readout == "akt":
+            logits = logits + self._read_out(batch, keys, attend)
+        return logits
+
+    def _attention_inputs(
+        self, batch: dict[str, Tensor], cache: ModelCache | None
+    ) -> _AttentionInputs:
+        """The masks and rotary tables of this pass; with a cache, this batch's positions
+        are stored in it first, so that the masks cover its earlier keys too."""
         window = self.config.window
         position, valid = batch["position"], batch["valid"]
         key_position, key_valid = batch["key_position"], batch["key_valid"]
@@ -476,6 +544,7 @@ class SAINT(nn.Module):
         k_pos = key_position.masked_fill(~key_valid, -1)  # (B, S)
         if cache is None:
             all_q, all_k = q_pos, k_pos
+            q_where = k_where = None
         else:
             q_where, k_where = cache.place(q_pos), cache.place(k_pos)
             cache.store(cache.query_position, q_pos, q_where, cache.rows)
@@ -494,45 +563,63 @@ class SAINT(nn.Module):
         latent = self.config.attention == "mla"
         past_rope = self.rotary.table(all_q) if latent else None
         outcome_rope = self.rotary.table(all_k) if latent else None
+        return _AttentionInputs(
+            causal=causal,
+            container=container,
+            query_rope=query_rope,
+            key_rope=key_rope,
+            past_rope=past_rope,
+            outcome_rope=outcome_rope,
+            cache=cache,
+            q_where=q_where,
+            k_where=k_where,
+        )
 
-        def remember(group: str, i: int, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-            """A layer's new key state; with a cache, stored, and the whole ring returned."""
-            if cache is None:
-                return state
-            ring = getattr(cache, group)[i]
-            key_side = group == "readout" or (group == "decoder" and i == 0)
-            where = k_where if key_side else q_where
-            for target, new in zip(ring, state):  # noqa: B905 (Python 3.7: the Kaggle bundle)
-                cache.store(target, new, where, cache.rows)
-            return tuple(cache.read(target) for target in ring)
-
+    def _encode(self, batch: dict[str, Tensor], attend: _AttentionInputs) -> Tensor:
+        """(B, T, D): the encoder's output, each question attending causally."""
         x = self._encoder_input(batch)
         for i, layer in enumerate(self.encoder):
-            x = layer(x, query_rope, partial(remember, "encoder", i), past_rope, causal)
-        memory = self.encoder_norm(x)  # (B, T, D)
+            remember = partial(attend.remember, "encoder", i)
+            x = layer(x, attend.query_rope, remember, attend.past_rope, attend.causal)
+        return self.encoder_norm(x)
 
-        keys = self._key_stream(batch)  # (B, S, D)
+    def _decode(
+        self, batch: dict[str, Tensor], keys: Tensor, memory: Tensor, attend: _AttentionInputs
+    ) -> Tensor:
+        """(B, T, D): the decoder's output from the key stream `keys` (B, S, D) and the
+        encoder's output `memory`. The first layer's self-attention reads the key stream
+        under the container mask; later layers read their own inputs, causally."""
+        query_rope, past_rope, causal = attend.query_rope, attend.past_rope, attend.causal
         index = batch["query_key_index"][..., None].expand(-1, -1, keys.shape[-1])
         x = keys.gather(1, index)  # (B, T, D): the key stream at each container's start
         for i, layer in enumerate(self.decoder):
             if i == 0:
-                state = layer.self_attention.kv_state(layer.norm1(keys), key_rope)
+                state = layer.self_attention.kv_state(layer.norm1(keys), attend.key_rope)
             else:
                 state = layer.self_attention.kv_state(layer.norm1(x), query_rope)
-            state = remember("decoder", i, state)
-            cross_state = remember("cross", i, layer.cross_attention.kv_state(memory, query_rope))
-            self_rope, self_mask = (outcome_rope, container) if i == 0 else (past_rope, causal)
+            state = attend.remember("decoder", i, state)
+            cross_state = layer.cross_attention.kv_state(memory, query_rope)
+            cross_state = attend.remember("cross", i, cross_state)
+            if i == 0:
+                self_rope, self_mask = attend.outcome_rope, attend.container
+            else:
+                self_rope, self_mask = past_rope, causal
             x = layer(x, query_rope, state, self_rope, self_mask, cross_state, past_rope, causal)
-        logits = self.head(self.decoder_norm(x)).squeeze(-1)  # (B, T)
-        if self.config.readout == "akt":
-            # key s carries question s - 1 and its outcome; the container mask lets a
-            # query read only the questions answered before its container
-            asked = self._question_vector(batch["question"])  # (B, T, D)
-            answered = self._question_vector(batch["key_question"])  # (B, S, D)
-            state = self.readout.kv_state((answered, keys + answered), key_rope)
-            state = remember("readout", 0, state)
-            read = self.readout(
-                self.readout_norm(asked), query_rope, state, outcome_rope, container
-            )
-            logits = logits + self.readout_head(torch.cat((read, asked), -1)).squeeze(-1)
-        return logits
+        return x
+
+    def _read_out(self, batch: dict[str, Tensor], keys: Tensor, attend: _AttentionInputs) -> Tensor:
+        """(B, T): the AKT-style read-out's logit, added to the decoder's."""
+        # key s carries question s - 1 and its outcome; the container mask lets a
+        # query read only the questions answered before its container
+        asked = self._question_vector(batch["question"])  # (B, T, D)
+        answered = self._question_vector(batch["key_question"])  # (B, S, D)
+        state = self.readout.kv_state((answered, keys + answered), attend.key_rope)
+        state = attend.remember("readout", 0, state)
+        read = self.readout(
+            self.readout_norm(asked),
+            attend.query_rope,
+            state,
+            attend.outcome_rope,
+            attend.container,
+        )
+        return self.readout_head(torch.cat((read, asked), -1)).squeeze(-1)

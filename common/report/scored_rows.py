@@ -62,41 +62,23 @@ def load_fold_rows(
     keys and the baselines (the boosted-features one unless `features` is None, fitted
     on the fold's training rows); the data and folds from output_dir, the predictions from
     the run's folder. Raises if the predictions file does not match the fold."""
-    path = fold_dir(run_dir, fold_index) / STREAM_PREDICTIONS
-    summary = stream_summary(run_dir, fold_index)
-    fold = Fold.load(output_dir, fold_index)
-    check_fold_fingerprint(summary.get("fold_fingerprint"), fold, str(path))
-    predictions = pd.read_parquet(path)
-    missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
-    if missing:
-        raise ValueError(f"{path}: columns {missing} missing; found {list(predictions.columns)}")
+    path, fold, predictions = _read_predictions(output_dir, run_dir, fold_index)
     arrays, sequences = data.arrays, data.sequences
     global_row = predictions["global_row"].to_numpy().astype(np.int64)
-    entries = np.searchsorted(sequences.row, global_row)
-    inside = entries < len(sequences.row)
-    is_question = np.zeros(len(entries), dtype=bool)
-    is_question[inside] = sequences.row[entries[inside]] == global_row[inside]
-    if not is_question.all():
-        i = int(np.argmin(is_question))
-        raise ValueError(f"{path}: global_row {global_row[i]} is not a question row of the data")
-
-    streamed_type = np.asarray(arrays["content_type_id"])[fold.stream_index]
-    stream = fold.stream_index[streamed_type == QUESTION]
-    if len(global_row) != len(stream) or not np.array_equal(np.sort(global_row), np.sort(stream)):
-        unique = len(np.unique(global_row))
-        raise ValueError(
-            f"{path}: expected each of the fold's {len(stream):,} streamed question rows "
-            f"once, found {len(global_row):,} rows ({unique:,} distinct, "
-            f"{len(np.setdiff1d(stream, global_row)):,} of the stream missing)"
-        )
-    _check_agrees(path, "row_id", predictions["row_id"], np.asarray(arrays["row_id"])[global_row])
-    _check_agrees(path, "content_id", predictions["content_id"], sequences.question[entries])
+    entries = _question_entries(path, sequences, global_row)
+    _check_streamed_once(path, np.asarray(arrays["content_type_id"]), fold, global_row)
     label = sequences.response[entries].astype(np.int8)
-    _check_agrees(path, "answered_correctly", predictions["answered_correctly"], label)
     student = np.searchsorted(sequences.offsets, entries, side="right") - 1
     new_student = fold.user_cut[student] == 0
-    if "new_student" in predictions.columns:
-        _check_agrees(path, "new_student", predictions["new_student"], new_student)
+    expected = {
+        "row_id": np.asarray(arrays["row_id"])[global_row],
+        "content_id": sequences.question[entries],
+        "answered_correctly": label,
+        "new_student": new_student,  # optional in the file
+    }
+    for column, values in expected.items():
+        if column in predictions.columns:
+            _check_agrees(path, column, predictions[column], values)
     score = predictions["prediction"].to_numpy(dtype=np.float64)
     if not np.all((score >= 0) & (score <= 1)):
         raise ValueError(f"{path}: predictions must be probabilities in [0, 1]")
@@ -121,6 +103,52 @@ def load_fold_rows(
     for name, values in baseline_columns(data, fold, entries, baselines, features, seed).items():
         rows[name] = values
     return rows
+
+
+def _read_predictions(
+    output_dir: Path, run_dir: Path, fold_index: int
+) -> tuple[Path, Fold, pd.DataFrame]:
+    """(path, fold, rows) of a fold's stream predictions: the fold as 02 wrote it, checked
+    against the fingerprint 04 recorded, and the file's rows, checked for the
+    PREDICTION_COLUMNS."""
+    path = fold_dir(run_dir, fold_index) / STREAM_PREDICTIONS
+    summary = stream_summary(run_dir, fold_index)
+    fold = Fold.load(output_dir, fold_index)
+    check_fold_fingerprint(summary.get("fold_fingerprint"), fold, str(path))
+    predictions = pd.read_parquet(path)
+    missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
+    if missing:
+        raise ValueError(f"{path}: columns {missing} missing; found {list(predictions.columns)}")
+    return path, fold, predictions
+
+
+def _question_entries(
+    path: Path, sequences: QuestionSequences, global_row: np.ndarray
+) -> np.ndarray:
+    """The flat question entries of `global_row`; raises if one is not a question row."""
+    entries = np.searchsorted(sequences.row, global_row)
+    inside = entries < len(sequences.row)
+    is_question = np.zeros(len(entries), dtype=bool)
+    is_question[inside] = sequences.row[entries[inside]] == global_row[inside]
+    if not is_question.all():
+        i = int(np.argmin(is_question))
+        raise ValueError(f"{path}: global_row {global_row[i]} is not a question row of the data")
+    return entries
+
+
+def _check_streamed_once(
+    path: Path, content_type: np.ndarray, fold: Fold, global_row: np.ndarray
+) -> None:
+    """Raise unless `global_row` holds each of the fold's streamed question rows once."""
+    streamed_type = content_type[fold.stream_index]
+    stream = fold.stream_index[streamed_type == QUESTION]
+    if len(global_row) != len(stream) or not np.array_equal(np.sort(global_row), np.sort(stream)):
+        unique = len(np.unique(global_row))
+        raise ValueError(
+            f"{path}: expected each of the fold's {len(stream):,} streamed question rows "
+            f"once, found {len(global_row):,} rows ({unique:,} distinct, "
+            f"{len(np.setdiff1d(stream, global_row)):,} of the stream missing)"
+        )
 
 
 def streamed_entries(data: Dataset, fold: Fold) -> np.ndarray:
