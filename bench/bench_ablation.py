@@ -8,8 +8,8 @@ emulator. Reported per variant: streamed AUC, the demo's oracle AUC on the same 
 the per-question baseline on the same rows, parameters, training interactions/s (mean
 over epochs), streaming rows/s, and the per-student cache size.
 
-    python bench/bench_ablation.py            # prepares output/demo if needed
-    python bench/bench_ablation.py --restream # trained variants: stream them again only
+    python -m bench.bench_ablation            # prepares the demo if needed
+    python -m bench.bench_ablation --restream # trained variants: stream them again only
 
 The section (command, data, the table and the distillation summary) goes to
 bench/results/ablation.txt; the 03/04 commands it runs are printed.
@@ -18,15 +18,16 @@ bench/results/ablation.txt; the 03/04 commands it runs are printed.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from benchlib import (
+
+from bench.benchlib import (
     WORK,
     Report,
     link_data,
@@ -36,9 +37,9 @@ from benchlib import (
     run,
     script,
     shown,
+    this_command,
 )
-
-from common import layout
+from bench.fold_run import FoldRun, train_and_stream
 from common.data.dataset import Dataset
 from common.data.fold_data import Fold, load_fold_data
 from common.metrics import auc_or_nan
@@ -65,21 +66,18 @@ VARIANTS = {
 }
 
 
+TEACHER, STUDENT = "teacher d256 4+4", "student distilled"
+
+
 def run_name(name: str) -> str:
     """The variant's run: one folder per variant under <work-dir>/runs/, beside the
     demo's data and folds (linked into the work dir once)."""
     return name.replace(" ", "_").replace("+", "plus")
 
 
-def variant_fold(out: Path, name: str) -> Path:
-    """Fold 0's folder of the variant's run in the output dir `out`."""
-    return layout.fold_dir(layout.run_dir(out, run_name(name)), 0)
-
-
-def infer_command(out: Path, name: str) -> list[str]:
-    """04_infer.py streaming fold 0 of the variant's run in the output dir `out`."""
-    run = ("--output-dir", out, "--run", run_name(name), "--fold", "0")
-    return script("04_infer.py", *run, "--no-progress", "--no-export")
+def variant_fold(out: Path, name: str) -> FoldRun:
+    """Fold 0 of the variant's run in the output dir `out`."""
+    return FoldRun(out, run_name(name))
 
 
 def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
@@ -100,46 +98,23 @@ def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
 def stream_speed(stream: Path, name: str, checkpoint: Path, restream: bool) -> dict:
     """04_infer.py's summary for `checkpoint` streamed over the Kaggle-like stream
     (streamed again when asked, or when the checkpoint is newer than the summary)."""
-    folder = variant_fold(stream, name)
-    folder.mkdir(parents=True, exist_ok=True)
-    best = folder / "best.pt"
+    fold = variant_fold(stream, name)
+    fold.folder.mkdir(parents=True, exist_ok=True)
+    best = fold.folder / "best.pt"
     best.unlink(missing_ok=True)
     best.symlink_to(checkpoint.resolve())
-    summary = folder / "stream_summary.json"
+    summary = fold.folder / "stream_summary.json"
     if restream or not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
-        run(infer_command(stream, name))
-    return json.loads(summary.read_text())
+        run(fold.stream_command())
+    return fold.stream_summary()
 
 
-def trained_epochs(fold_dir: Path) -> int:
-    history = fold_dir / "history.csv"
-    return len(pd.read_csv(history)) if history.exists() else 0
-
-
-def train_and_stream(
-    out: Path, name: str, flags: list[str], epochs: int, fresh: bool, restream: bool
-) -> dict:
-    """Train the variant's run (from scratch when `fresh`; otherwise a variant trained for
-    fewer epochs than asked continues from its last checkpoint, which with the Noam
-    schedule is the same as training the longer run at once) and stream; a finished
-    variant is only read."""
-    fold_dir = variant_fold(out, name)
-    stream = infer_command(out, name)
-    if fresh and fold_dir.exists():
-        shutil.rmtree(fold_dir)
-    summary = fold_dir / "stream_summary.json"
-    if not summary.exists() or trained_epochs(fold_dir) < epochs:
-        fold = ("--output-dir", out, "--run", run_name(name), "--fold", "0", "--epochs", epochs)
-        run(script("03_train.py", *fold, "--no-progress", "--resume", *TRAIN, *flags))
-        run(stream)
-    elif restream:  # the trained checkpoint streamed again (e.g. on a quiet machine)
-        run(stream)
-    summary = json.loads((fold_dir / "stream_summary.json").read_text())
-    history = pd.read_csv(fold_dir / "history.csv")
-    checkpoint = torch.load(fold_dir / "best.pt", map_location="cpu", weights_only=False)
-    predictions = pd.read_parquet(fold_dir / "stream_predictions.parquet")
+def variant_figures(fold: FoldRun) -> dict:
+    """What the table shows of a trained and streamed variant."""
+    summary, history = fold.stream_summary(), fold.history()
+    checkpoint = fold.best_checkpoint()
     return {
-        "predictions": predictions,
+        "predictions": pd.read_parquet(fold.folder / "stream_predictions.parquet"),
         "rows_per_s": summary["rows_per_s"],
         "rows": summary["rows"],
         "groups": summary["groups"],
@@ -155,11 +130,28 @@ def train_and_stream(
     }
 
 
+def train_variant(
+    out: Path, name: str, flags: list[str], epochs: int, fresh: bool, restream: bool
+) -> dict:
+    """Train the variant's run (from scratch when `fresh`; otherwise a variant trained for
+    fewer epochs than asked continues from its last checkpoint, which with the Noam
+    schedule is the same as training the longer run at once) and stream; a finished
+    variant is only read."""
+    fold = variant_fold(out, name)
+    if fresh and fold.folder.exists():
+        shutil.rmtree(fold.folder)
+    if not fold.streamed() or fold.trained_epochs() < epochs:
+        train_and_stream(fold, ["--epochs", epochs, *TRAIN, *flags])
+    elif restream:  # the trained checkpoint streamed again (e.g. on a quiet machine)
+        run(fold.stream_command())
+    return variant_figures(fold)
+
+
 def stream_shape(rows: int, groups: int) -> str:
     return f"{rows:,} question rows in {groups:,} groups, {rows / groups:.1f} rows per group"
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -190,33 +182,45 @@ def main() -> int:
         help="share of the demo's rows (by virtual time) in the Kaggle-like speed stream",
     )
     results_flag(parser, "ablation")
-    args = parser.parse_args()
-    say = Report("ablation", args.results)
-    say.header("Ablation on the demo data (bench/bench_ablation.py)")
-    demo, folds = args.demo_dir, ("--n-folds", "5", "--seed", "0")
-    data_out = make_demo(demo / "input", demo / "output", args.users, 0, folds, say=say)
-    truth = pd.read_csv(args.demo_dir / "input" / "demo_truth.csv")
+    return parser.parse_args()
+
+
+def train_variants(args: argparse.Namespace, out: Path) -> dict[str, dict]:
+    """Every variant trained and streamed on fold 0 (the student after its teacher), then
+    streamed over the Kaggle-like stream for speed."""
     results = {}
-    out = link_data(args.work_dir, data_out)  # every variant a run of this output dir
     for name, flags in VARIANTS.items():
-        epochs = args.teacher_epochs if name.startswith("teacher") else args.epochs
-        if name == "student distilled":
-            teacher = variant_fold(out, "teacher d256 4+4") / "best.pt"
-            flags = [*flags, "--teacher", str(teacher)]
+        epochs = args.teacher_epochs if name == TEACHER else args.epochs
+        if name == STUDENT:
+            flags = [*flags, "--teacher", str(variant_fold(out, TEACHER).folder / "best.pt")]
         fresh = args.force or name in args.retrain
-        results[name] = train_and_stream(out, name, flags, epochs, fresh, args.restream)
+        results[name] = train_variant(out, name, flags, epochs, fresh, args.restream)
     speed_root = kaggle_like_stream(args.work_dir, args.demo_dir, args.speed_share)
     for name in VARIANTS:
-        checkpoint = variant_fold(out, name) / "best.pt"
+        checkpoint = variant_fold(out, name).folder / "best.pt"
         speed = stream_speed(speed_root, name, checkpoint, args.restream)
         results[name]["kaggle_rows_per_s"] = speed["rows_per_s"]
         results[name]["kaggle_stream"] = speed
+    return results
 
-    # baselines and oracle on exactly the streamed rows
-    rows = results["SAINT+"]["predictions"]
+
+@dataclass
+class Reference:
+    """The streamed rows every variant is scored on, and what the demo's truth and the
+    per-question baseline score on exactly those rows."""
+
+    rows: pd.DataFrame  # the SAINT+ variant's streamed predictions (row ids, labels)
+    labels: np.ndarray
+    oracle_auc: float
+    baseline_auc: float
+
+
+def reference_scores(demo_dir: Path, data_out: Path, rows: pd.DataFrame) -> Reference:
+    """The oracle (the demo's true probabilities) and the per-question baseline on the
+    streamed `rows`."""
     labels = rows["answered_correctly"].to_numpy()
+    truth = pd.read_csv(demo_dir / "input" / "demo_truth.csv")
     oracle = truth.set_index("row_id")["p_true"].reindex(rows["row_id"]).to_numpy()
-    oracle_auc = auc_or_nan(labels, oracle)
     dataset = Dataset.load(data_out)
     data = load_fold_data(data_out, 0, dataset=dataset)
     cut_row = dataset.arrays.offsets[:-1] + Fold.load(data_out, 0).user_cut
@@ -225,48 +229,63 @@ def main() -> int:
         data.sequences, entries, cut_row, data.n_questions, BaselineConfig()
     )
     baseline_auc = auc_or_nan(labels, baselines["question rate"])
+    return Reference(rows, labels, auc_or_nan(labels, oracle), baseline_auc)
 
-    kaggle = results["SAINT+"]["kaggle_stream"]
-    lines = [
-        f"Command: `{shown([sys.executable, *sys.argv])}` on {machine()}; every variant trains "
+
+def score_variants(results: dict[str, dict], ref: Reference) -> None:
+    """Each variant's AUC (results[name]["auc"]) on the reference rows."""
+    for r in results.values():
+        merged = r["predictions"].set_index("row_id")["prediction"].reindex(ref.rows["row_id"])
+        r["auc"] = auc_or_nan(ref.labels, merged.to_numpy())
+
+
+def intro_lines(args: argparse.Namespace, results: dict[str, dict], ref: Reference) -> list[str]:
+    """The command, the data and the two streams the speeds were measured on."""
+    plain, kaggle = results["SAINT+"], results["SAINT+"]["kaggle_stream"]
+    return [
+        f"Command: `{shown(this_command())}` on {machine()}; every variant trains "
         f"{args.epochs} epochs ({args.teacher_epochs} for the teacher) with "
         f"`{' '.join(TRAIN)}`, the checkpoint with the best validation AUC is streamed "
         f"(torch threads: {torch.get_num_threads()}).",
         "",
-        f"Fold 0 of the {args.users:,}-student demo, {len(rows):,} streamed question rows; "
-        f"oracle AUC (the demo's true probabilities) {oracle_auc:.4f}; per-question "
-        f"baseline AUC {baseline_auc:.4f}.",
+        f"Fold 0 of the {args.users:,}-student demo, {len(ref.rows):,} streamed question rows; "
+        f"oracle AUC (the demo's true probabilities) {ref.oracle_auc:.4f}; per-question "
+        f"baseline AUC {ref.baseline_auc:.4f}.",
         "",
         f"Stream speed on two streams, one 04_infer.py run each: fold 0's validation rows "
-        f"({stream_shape(results['SAINT+']['rows'], results['SAINT+']['groups'])}), and "
+        f"({stream_shape(plain['rows'], plain['groups'])}), and "
         f"the Kaggle-like stream, the last {args.speed_share:.0%} of the same demo's rows by "
         f"virtual time ({stream_shape(kaggle['rows'], kaggle['groups'])}; the real example "
         f"test has 18 to 33 rows per group; speed only: the models trained on some of "
         f"its rows).",
         "",
     ]
+
+
+def variant_table(results: dict[str, dict], ref: Reference) -> str:
     header = ["variant", "flags", "params", "AUC", "gap to oracle", "gain over baseline"]
     header += ["train interactions/s", "stream rows/s, fold 0", "stream rows/s, Kaggle-like"]
     header += ["cache bytes/student", "best epoch"]
     body = []
     for name, r in results.items():
-        merged = r["predictions"].set_index("row_id")["prediction"].reindex(rows["row_id"])
-        auc = r["auc"] = auc_or_nan(labels, merged.to_numpy())
-        flags = " ".join(VARIANTS[name]) + (
-            " --teacher <teacher's run>/fold0/best.pt" if name == "student distilled" else ""
-        )
-        quality = [f"{auc:.4f}", f"{oracle_auc - auc:.4f}", f"{auc - baseline_auc:+.4f}"]
+        teacher = " --teacher <teacher's run>/fold0/best.pt" if name == STUDENT else ""
+        flags = " ".join(VARIANTS[name]) + teacher
+        auc = r["auc"]
+        quality = [f"{auc:.4f}", f"{ref.oracle_auc - auc:.4f}", f"{auc - ref.baseline_auc:+.4f}"]
         rates = [r["train_rate"], r["rows_per_s"], r["kaggle_rows_per_s"]]
         cells = [*quality, *(f"{x:,.0f}" for x in rates), f"{r['cache_bytes']:,}"]
         body.append([name, f"`{flags}`", f"{r['parameters']:,}", *cells, str(r["best_epoch"])])
-    lines.append(markdown_table(header, body, "ll" + "r" * (len(header) - 2)))
-    teacher, student = results["teacher d256 4+4"], results["student distilled"]
-    plain = results["SAINT+"]
+    return markdown_table(header, body, "ll" + "r" * (len(header) - 2))
+
+
+def distillation_lines(results: dict[str, dict], baseline_auc: float) -> list[str]:
+    """How much of the teacher's gain the student keeps, and how much faster it streams."""
+    teacher, student, plain = results[TEACHER], results[STUDENT], results["SAINT+"]
     kept = (student["auc"] - baseline_auc) / (teacher["auc"] - baseline_auc)
     kept_plain = (plain["auc"] - baseline_auc) / (teacher["auc"] - baseline_auc)
     speed = student["rows_per_s"] / teacher["rows_per_s"]
     kaggle_speed = student["kaggle_rows_per_s"] / teacher["kaggle_rows_per_s"]
-    lines += [
+    return [
         f"The distilled student (d_model 64, 2+2) keeps "
         f"**{kept:.1%}** of the teacher's AUC gain over the per-question baseline (the same "
         f"student without a teacher, the SAINT+ row: {kept_plain:.1%}) and streams "
@@ -274,6 +293,21 @@ def main() -> int:
         f"**{speed:.1f}x** on fold 0's stream (targets: at least 90% and 3x).",
         "",
     ]
+
+
+def main() -> int:
+    args = parse_args()
+    say = Report("ablation", args.results)
+    say.header("Ablation on the demo data (bench/bench_ablation.py)")
+    demo, folds = args.demo_dir, ("--n-folds", "5", "--seed", "0")
+    data_out = make_demo(demo / "input", demo / "output", args.users, 0, folds, say=say)
+    out = link_data(args.work_dir, data_out)  # every variant a run of this output dir
+    results = train_variants(args, out)
+    ref = reference_scores(args.demo_dir, data_out, results["SAINT+"]["predictions"])
+    score_variants(results, ref)
+    lines = intro_lines(args, results, ref)
+    lines.append(variant_table(results, ref))
+    lines += distillation_lines(results, ref.baseline_auc)
     text = "\n".join(lines)
     say()
     say(text.rstrip("\n"))

@@ -18,7 +18,7 @@ Data sets: the quick start's demo (2,000 students, fold 0 of the user folds), a 
 rows: long histories), and ASSISTments 2009 (AKT's problem-level files, fold 0 of its user
 folds; SAINT, as these files have no times).
 
-    python bench/bench_context.py --before-code ../before   # output: bench/results/context.txt
+    python -m bench.bench_context --before-code ../before   # output: bench/results/context.txt
 """
 
 from __future__ import annotations
@@ -32,20 +32,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from benchlib import (
+
+from bench.benchlib import (
     BENCH_RUN,
     REPO,
     SHARED_DATA,
     WORK,
     Report,
-    bench_fold,
     link_data,
     machine,
     results_flag,
     run,
     script,
 )
-
+from bench.fold_run import FoldRun, train_and_stream
 from common.data.features import window_inputs
 from common.data.fold_data import FoldData, load_fold_data
 from common.files import write_json
@@ -68,13 +68,9 @@ VERSIONS = {
 QUARTER_ROPE_DATASETS = ("demo",)
 
 
-def version_fold(out: Path, version: str) -> Path:
-    """Fold 0's folder: out/fold0 for the code before runs existed, else the run's."""
-    return out / "fold0" if VERSIONS[version][0] == "before" else bench_fold(out)
-
-
-def run_flags(version: str) -> tuple[str, ...]:
-    return () if VERSIONS[version][0] == "before" else ("--run", BENCH_RUN)
+def version_fold(out: Path, version: str) -> FoldRun:
+    """Fold 0 in `out`: out/fold0 for the code before runs existed, else the run's."""
+    return FoldRun(out, None if VERSIONS[version][0] == "before" else BENCH_RUN)
 
 
 PREPROCESS = (
@@ -152,23 +148,24 @@ def prepare(data: DataSet, work: Path, shared: Path, say: Report) -> Path:
     return prep
 
 
-def train_and_stream(
+def train_version(
     code: Path, version: str, data: DataSet, window: int, prep: Path, work: Path, say: Report
-) -> Path:
-    """03 then 04 of `code` on fold 0; returns the run dir (skips what is done)."""
+) -> FoldRun:
+    """03 then 04 of `code` on fold 0 (skips what is done: 03 when its last epoch's
+    checkpoint is there, 04 when its summary is newer than that checkpoint)."""
     out = link_data(work / data.name / f"{version}-w{window}", prep).resolve()
-    checkpoint = version_fold(out, version) / f"epoch_{data.epochs:02d}.pt"
+    fold = version_fold(out, version)
+    checkpoint = fold.folder / f"epoch_{data.epochs:02d}.pt"
     flags = [*data.train, *WINDOWS[window], *COMMON, "--window", str(window)]
-    flags += ["--epochs", str(data.epochs), "--no-progress", *VERSIONS[version][1]]
+    flags += ["--epochs", str(data.epochs), *VERSIONS[version][1]]
+    stream = ["--checkpoint", checkpoint.name]
+    summary = fold.folder / "stream_summary.json"
     if not checkpoint.exists():
-        train = script("03_train.py", "--output-dir", out, *run_flags(version), *flags, code=code)
-        run(train, out / "train.log", cwd=code, say=say)
-    summary = version_fold(out, version) / "stream_summary.json"
-    if not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
-        stream = ["--fold", "0", "--checkpoint", checkpoint.name, "--no-export", "--no-progress"]
-        infer = script("04_infer.py", "--output-dir", out, *run_flags(version), *stream, code=code)
-        run(infer, out / "infer.log", cwd=code, say=say)
-    return out
+        train_and_stream(fold, flags, stream, logs=out, code=code, say=say)
+    elif not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
+        log = out / f"fold{fold.fold}_infer.log"
+        run(fold.stream_command(stream, code), log, cwd=code, append=True, say=say)
+    return fold
 
 
 @torch.no_grad()
@@ -268,7 +265,7 @@ def bucket_table(fold_dir: Path, checkpoint: str, data: FoldData, window: int) -
 
 def section(results: dict, args: argparse.Namespace) -> str:
     lines = [
-        "`python bench/bench_context.py --before-code <checkout of 179d689>` (output: "
+        "`python -m bench.bench_context --before-code <checkout of 179d689>` (output: "
         "`bench/results/context.txt`). "
         f"Machine: {machine()}, CPU. "
         "Before (commit 179d689): training windows of at most `window` questions, each from "
@@ -329,11 +326,10 @@ def main() -> int:
                 if version == "after-quarter-rope" and name not in QUARTER_ROPE_DATASETS:
                     continue
                 code = codes[VERSIONS[version][0]]
-                out = train_and_stream(code, version, data, window, prep, args.work_dir, say)
-                table = bucket_table(
-                    version_fold(out, version), f"epoch_{data.epochs:02d}.pt", fold, window
-                )
-                write_json(out / "buckets.json", table)
+                trained = train_version(code, version, data, window, prep, args.work_dir, say)
+                checkpoint = f"epoch_{data.epochs:02d}.pt"
+                table = bucket_table(trained.folder, checkpoint, fold, window)
+                write_json(trained.out / "buckets.json", table)
                 results.setdefault(name, {}).setdefault(window, {})[version] = table
                 say(name, window, version, "stream", json.dumps(table["stream"]))
                 say(name, window, version, "fresh", json.dumps(table["fresh"]))

@@ -3,70 +3,71 @@ the README's small-data recipe, on the same fold of a 3,000-student demo, as a n
 would run them (00 -> 01 -> 02 with their defaults, 03, 04 on best.pt chosen on the inner
 split). Target: the defaults within 0.01 streamed AUC of the recipe.
 
-    python bench/bench_defaults.py      # output: bench/results/defaults.txt
+    python -m bench.bench_defaults      # output: bench/results/defaults.txt
+
+Each run's figures come from the files 03 and 04 write: best.pt (its train_config and
+resolved settings: the batch and the schedule), history.csv (epochs and training time)
+and stream_summary.json (the streamed checkpoint's epoch and the AUC).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
 from pathlib import Path
 
-import pandas as pd
-from benchlib import (
-    BENCH_RUN,
+from bench.benchlib import (
+    SMALL_DATA_RECIPE,
     WORK,
     Report,
-    bench_fold,
     link_data,
     machine,
     make_demo,
     results_flag,
-    run,
-    script,
 )
-
+from bench.fold_run import FoldRun, train_and_stream
 from common.tables import markdown_table
 
-# the README's recipe for small data sets (run_demo.sh's 03 flags)
-RECIPE = (
-    "--model", "saint+", "--d-model", "64", "--layers", "2", "--heads", "4", "--window",
-    "100", "--dropout", "0.1", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100",
-    "--epochs", "5",
-)  # fmt: skip
-RUNS = {"defaults": ("--epochs", "10"), "small-data recipe": RECIPE}
+RUNS = {"defaults": ("--epochs", "10"), "small-data recipe": SMALL_DATA_RECIPE}
 
 
-def train_and_stream(work: Path, prep: Path, name: str, flags: tuple[str, ...], say) -> dict:
-    """03 (resumed where it stopped) and 04 on fold 0 in work/<name>, unless streamed."""
-    out = link_data(work / name.replace(" ", "-"), prep)
-    summary = bench_fold(out) / "stream_summary.json"
-    if not summary.exists():
-        fold = ("--output-dir", out, "--run", BENCH_RUN, "--fold", "0")
-        # --resume: an interrupted benchmark continues after its last whole epoch
-        train = script("03_train.py", *fold, *flags, "--resume", "--no-progress")
-        run(train, out / "train.log", append=True, say=say)
-        infer = script("04_infer.py", *fold, "--no-export", "--no-progress")
-        run(infer, out / "infer.log", append=True, say=say)
-    printed = (out / "train.log").read_text()
-    schedule = re.search(r"^schedule: .*$", printed, re.M).group(0)
-    batches = re.search(r"batches of (\d+)", printed).group(1)
-    history = pd.read_csv(bench_fold(out) / "history.csv")
-    seconds = round((history["train_seconds"] + history["valid_seconds"]).sum())
-    resumed = re.search(r"^resumed after epoch (\d+)", printed, re.M)
-    stream = json.loads(summary.read_text())
+def schedule_text(config: dict, resolved: dict) -> str:
+    """The learning-rate schedule of a run's train_config and resolved settings, worded as
+    03 prints it at the start (common/train/trainer.py, Trainer.describe)."""
+    automatic = "" if config["warmup"] else " (automatic: a tenth of the run, at most 4,000)"
+    steps = resolved["total_steps"]
+    return (
+        f"{config['schedule']}, lr {config['lr']:g} after a warm-up of {resolved['warmup']:,}"
+        f"{automatic} of {steps:,} steps ({steps // max(config['epochs'], 1):,} per epoch)"
+    )
+
+
+def run_figures(fold: FoldRun, flags: tuple[str, ...]) -> dict:
+    """What the table shows of one trained and streamed run."""
+    best = fold.best_checkpoint()
+    history = fold.history()
+    resumed = fold.resumed_after()
+    stream = fold.stream_summary()
     return {
         "flags": " ".join(flags),
-        "batch": int(batches),
-        "schedule": schedule.removeprefix("schedule: "),
-        "epochs run": str(len(history)) + (f" (resumed after {resumed[1]})" if resumed else ""),
+        "batch": int(best["resolved"]["batch_size"]),
+        "schedule": schedule_text(best["train_config"], best["resolved"]),
+        "epochs run": str(len(history)) + (f" (resumed after {resumed[0]})" if resumed else ""),
         "best epoch": stream["checkpoint_epoch"],
         "selected on": stream["checkpoint_selected_on"],
-        "train seconds": seconds,
+        "train seconds": round((history["train_seconds"] + history["valid_seconds"]).sum()),
         "streamed AUC": stream["auc"],
     }
+
+
+def train_and_read(work: Path, prep: Path, name: str, flags: tuple[str, ...], say) -> dict:
+    """03 (resumed where it stopped) and 04 on fold 0 in work/<name>, unless streamed;
+    then the run's figures."""
+    out = link_data(work / name.replace(" ", "-"), prep)
+    fold = FoldRun(out)
+    if not fold.streamed():
+        train_and_stream(fold, flags, logs=out, say=say)
+    return run_figures(fold, flags)
 
 
 def main() -> int:
@@ -79,7 +80,7 @@ def main() -> int:
     say.header("03's defaults against the small-data recipe (bench/bench_defaults.py)")
     work = args.work_dir
     prep = make_demo(work / "input", work / "prep", args.users, 0, logs=work, say=say)
-    results = {name: train_and_stream(work, prep, name, f, say) for name, f in RUNS.items()}
+    results = {name: train_and_read(work, prep, name, f, say) for name, f in RUNS.items()}
     gap = results["defaults"]["streamed AUC"] - results["small-data recipe"]["streamed AUC"]
     header = ["run", "03 flags", "batch", "schedule", "epochs run", "best epoch (inner)"]
     header += ["training s", "streamed AUC"]
@@ -89,7 +90,7 @@ def main() -> int:
         for name, r in results.items()
     ]  # fmt: skip
     text = (
-        "`python bench/bench_defaults.py` (output: `bench/results/defaults.txt`): a "
+        "`python -m bench.bench_defaults` (output: `bench/results/defaults.txt`): a "
         f"{args.users:,}-student demo (seed 0), 02's default folds, fold 0; "
         f"{machine()}, CPU. Both runs stream best.pt, chosen on the inner split of the "
         "training students.\n\n"

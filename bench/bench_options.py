@@ -4,11 +4,11 @@ baseline and the blend) on fold 0 of the quick start's demo and of assist2009_pi
 Demo: the quick start's 2,000 students (00-02 as run_demo.sh), then per variant 03 (the
 quick start's recipe, best.pt chosen on the inner split), 04 streaming fold 0 and 05
 (which fits the boosted features on the fold's training rows and chooses the blend's
-weight on the inner split). assist2009_pid: fold 0 of every bench_kt.py model run with
+weight on the inner split). assist2009_pid: fold 0 of every bench/kt/run.py model run with
 `--checkpoint best` found under --kt-dir, and its `baselines` run (none is run here).
 
-    python bench/bench_options.py                 # the demo variants, then the table
-    python bench/bench_options.py --table-only    # the table from finished runs
+    python -m bench.bench_options                 # the demo variants, then the table
+    python -m bench.bench_options --table-only    # the table from finished runs
 
 The section goes to bench/results/options.txt.
 """
@@ -20,12 +20,11 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
-from benchlib import (
+from bench.benchlib import (
     BENCH_RUN,
+    SMALL_DATA_RECIPE,
     WORK,
     Report,
-    bench_fold,
     bench_run,
     link_data,
     make_demo,
@@ -33,16 +32,12 @@ from benchlib import (
     run,
     script,
 )
-
+from bench.fold_run import FoldRun, train_and_stream
 from common.report.blend import BLEND
 from common.report.feature_baseline import FEATURE_BASELINE
 from common.tables import markdown_table
 
 DEMO_USERS, DEMO_SEED = 2000, 0
-RECIPE = [
-    "--model", "saint+", "--d-model", "64", "--layers", "2", "--heads", "4", "--window", "100",
-    "--dropout", "0.1", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100", "--epochs", "5",
-]  # fmt: skip
 VARIANTS = {"SAINT+ (quick start)": [], "SAINT+ + AKT read-out": ["--readout", "akt"]}
 KT_DATASET = "assist2009_pid-keep-akt5"
 HEADER = [
@@ -55,9 +50,7 @@ def demo_variant(work: Path, prep: Path, input_dir: Path, name: str, flags: list
     """03, 04 and 05 of one variant on fold 0 (skipped when its report is there)."""
     out = link_data(work / name.replace(" ", "_").replace("+", "plus"), prep)
     if not (bench_run(out) / "report" / "summary.json").exists():
-        fold = ["--output-dir", out, "--run", BENCH_RUN, "--fold", "0", "--no-progress"]
-        run(script("03_train.py", *fold, "--resume", *RECIPE, *flags))
-        run(script("04_infer.py", *fold, "--no-export"))
+        train_and_stream(FoldRun(out), [*SMALL_DATA_RECIPE, *flags])
         where = ["--input-dir", input_dir, "--output-dir", out, "--run", BENCH_RUN]
         where += ["--bootstrap", "0"]
         run(script("05_evaluate.py", *where, "--no-progress"))
@@ -66,8 +59,8 @@ def demo_variant(work: Path, prep: Path, input_dir: Path, name: str, flags: list
 
 def demo_row(name: str, out: Path) -> list[str]:
     summary = json.loads((bench_run(out) / "report" / "summary.json").read_text())
-    history = pd.read_csv(bench_fold(out) / "history.csv")
-    stream = json.loads((bench_fold(out) / "stream_summary.json").read_text())
+    fold = FoldRun(out)
+    history, stream = fold.history(), fold.stream_summary()
     blend = summary.get("blend_auc")
     weight = summary["blend"].get("0", {}).get("weight") if summary.get("blend") else None
     return [
@@ -83,7 +76,7 @@ def demo_row(name: str, out: Path) -> list[str]:
 
 
 def kt_rows(kt_dir: Path) -> list[list[str]]:
-    """Fold 0 of every bench_kt model run whose checkpoint was chosen on the inner split,
+    """Fold 0 of every KT benchmark model run whose checkpoint was chosen on the inner split,
     and of the baselines run."""
     rows, boosted = [], "—"
     for path in sorted((kt_dir / KT_DATASET).glob("*/results/fold0.json")):

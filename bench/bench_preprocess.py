@@ -1,7 +1,7 @@
 """Throughput and peak memory of 01_preprocess.py on demo data of growing size.
 
-    python bench/bench_preprocess.py                      # ~10M rows, plus 1M and 3M slices
-    python bench/bench_preprocess.py --users 4200 --sizes 300000   # a quick look
+    python -m bench.bench_preprocess                      # ~10M rows, plus 1M and 3M slices
+    python -m bench.bench_preprocess --users 4200 --sizes 300000   # a quick look
 
 Generates (or reuses) a demo train.csv of `--users` students with 00_make_demo_input.py
 (42,000 students give about 10.1M rows), cuts slices of its first students (whole
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.csv as pacsv
-from benchlib import (
+
+from bench.benchlib import (
     GB,
     RSS_SOURCE,
     WORK,
@@ -41,7 +42,6 @@ from benchlib import (
     script,
     with_peak_rss,
 )
-
 from common.data.preprocess import PreprocessConfig
 
 REAL_ROWS = 101_230_332  # rows of the competition's train.csv
@@ -243,7 +243,7 @@ def projection(say: Report, increasing: list[Run], not_increasing: list[Run]) ->
     say("    17 B/row stay below the streaming peak at these sizes).")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", type=Path, default=WORK / "preprocess")
     parser.add_argument("--users", type=int, default=42_000, help="students in the demo")
@@ -256,7 +256,54 @@ def main(argv: list[str] | None = None) -> int:
         help="row counts of the slices (rounded up to whole students); the full file runs too",
     )
     results_flag(parser, "preprocess")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def slice_sizes(starts: np.ndarray, sizes: list[int]) -> list[tuple[int, int]]:
+    """(rows, students) of each slice of whole students at least `sizes` rows long, and
+    of the whole file (`starts`: student_starts of it)."""
+    total = int(starts[-1])
+    chosen = []
+    for size in sorted(set(sizes)):
+        if size < total:
+            cut = int(starts[np.searchsorted(starts, size)])  # rounded up to a student's end
+            chosen.append((cut, int(np.searchsorted(starts, cut))))
+    chosen.append((total, len(starts) - 1))
+    return chosen
+
+
+def measure_sizes(
+    work: Path, full: Path, sizes: list[tuple[int, int]], say: Report
+) -> dict[str, list[Run]]:
+    """01 on each slice, with increasing row_ids and with the first one raised."""
+    results: dict[str, list[Run]] = {"increasing": [], "non-increasing": []}
+    for rows, students in sizes:
+        for kind, first_row_id in (("increasing", None), ("non-increasing", 10**12)):
+            folder = work / f"rows_{rows}_{kind}"
+            make_input(full, folder / "input", rows, first_row_id, say)
+            measured = run_preprocess(kind, folder / "input", folder / "output", students)
+            results[kind].append(measured)
+            shutil.rmtree(folder / "output")
+    return results
+
+
+def report_targets(say: Report, biggest: Run) -> None:
+    """The largest run against the rate and memory targets."""
+    say(
+        f"targets     >= {TARGET_ROWS_PER_S:,} rows/s on 2 cores: "
+        f"{'met' if biggest.rows_per_s >= TARGET_ROWS_PER_S else 'MISSED'} "
+        f"({biggest.rows_per_s:,.0f} end to end, {biggest.convert_rows_per_s:,.0f} convert)"
+    )
+    rss_10m = biggest.peak_rss_bytes / GB
+    say(
+        f"            peak RSS <= {TARGET_RSS_GB_AT_10M} GB at ~10M rows: "
+        f"{'met' if rss_10m <= TARGET_RSS_GB_AT_10M else 'MISSED'} "
+        f"({rss_10m:.2f} GB at {biggest.rows:,} rows)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     say = Report("preprocess", args.results)
     full = args.work_dir / "full"
 
@@ -267,12 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     starts = student_starts(full / "train.csv")
     total = int(starts[-1])
     _row_counts[full / "train.csv"] = total
-    sizes = []
-    for size in sorted(set(args.sizes)):
-        if size < total:
-            cut = int(starts[np.searchsorted(starts, size)])  # rounded up to a student's end
-            sizes.append((cut, int(np.searchsorted(starts, cut))))
-    sizes.append((total, len(starts) - 1))
+    sizes = slice_sizes(starts, args.sizes)
     say(f"demo        {total:,} rows, {len(starts) - 1:,} students in {relative(full)}/train.csv")
     say(
         "command     python 01_preprocess.py --input-dir <work>/<size>/input "
@@ -280,14 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     say()
 
-    results: dict[str, list[Run]] = {"increasing": [], "non-increasing": []}
-    for rows, students in sizes:
-        for kind, first_row_id in (("increasing", None), ("non-increasing", 10**12)):
-            folder = args.work_dir / f"rows_{rows}_{kind}"
-            make_input(full, folder / "input", rows, first_row_id, say)
-            measured = run_preprocess(kind, folder / "input", folder / "output", students)
-            results[kind].append(measured)
-            shutil.rmtree(folder / "output")
+    results = measure_sizes(args.work_dir, full, sizes, say)
     report_runs(say, "row_ids increasing (as in the real train.csv)", results["increasing"])
     say()
     report_runs(
@@ -301,18 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     say()
     projection(say, results["increasing"], results["non-increasing"])
     say()
-    biggest = max(results["increasing"], key=lambda r: r.rows)
-    say(
-        f"targets     >= {TARGET_ROWS_PER_S:,} rows/s on 2 cores: "
-        f"{'met' if biggest.rows_per_s >= TARGET_ROWS_PER_S else 'MISSED'} "
-        f"({biggest.rows_per_s:,.0f} end to end, {biggest.convert_rows_per_s:,.0f} convert)"
-    )
-    rss_10m = biggest.peak_rss_bytes / GB
-    say(
-        f"            peak RSS <= {TARGET_RSS_GB_AT_10M} GB at ~10M rows: "
-        f"{'met' if rss_10m <= TARGET_RSS_GB_AT_10M else 'MISSED'} "
-        f"({rss_10m:.2f} GB at {biggest.rows:,} rows)"
-    )
+    report_targets(say, max(results["increasing"], key=lambda r: r.rows))
     say(f"load avg    {load_average()} (1, 5, 15 min) at the end")
     say.write()
     return 0

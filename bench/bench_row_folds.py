@@ -4,7 +4,7 @@ rows spread at random over the students; 5 user folds, each student in one, cut 
 random row), written to a temporary folder. Prints the wall time, the file's size and the
 process's peak RSS (the synthetic arrays included: row ids alone are 0.8 GB).
 
-    python bench/bench_row_folds.py          # bench/results/row_folds.txt
+    python -m bench.bench_row_folds          # bench/results/row_folds.txt
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import Report, peak_gb, results_flag
 
+from bench.benchlib import Report, peak_gb, results_flag
 from common.data.arrays import TrainArrays
 from common.data.fold_data import Fold
 from common.data.folds import write_row_folds

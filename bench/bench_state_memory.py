@@ -4,7 +4,7 @@ default budget (common.stream.kaggle_notebook.COMPETITION_STATE_GB) for the refe
 2+2 layers), then a group with a new student, then groups of students until the cache pool
 is full. Each phase prints the process's peak RSS so far.
 
-    python bench/bench_state_memory.py          # bench/results/state_memory.txt
+    python -m bench.bench_state_memory          # bench/results/state_memory.txt
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from benchlib import Report, peak_gb, results_flag
 
+from bench.benchlib import Report, peak_gb, results_flag
 from common.model.saint import SAINT, ModelConfig
 from common.stream.kaggle_notebook import COMPETITION_STATE_GB
 from common.stream.online import FIELD_DTYPES, OnlineState, Snapshot

@@ -9,7 +9,7 @@ emulator with state updates, one batched forward pass per group, in groups of 18
 rows as in the real example test (--group-rows). Reports rows/s, rows per group, state
 memory, and the projected time for the competition's 2.5M rows.
 
-    python bench/bench_stream.py --threads 2       # the table: bench/results/stream.txt
+    python -m bench.bench_stream --threads 2       # the table: bench/results/stream.txt
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 import torch
-from benchlib import WORK, Report, bench_fold, link_data, make_demo, results_flag, run, script
 
+from bench.benchlib import WORK, Report, bench_fold, link_data, make_demo, results_flag, run, script
 from common.data.fold_data import fold_fingerprint, load_fold_data
 from common.model.checkpoint import save_model
 from common.model.saint import SAINT, ModelConfig

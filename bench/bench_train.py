@@ -8,7 +8,7 @@ context before a span is computed but not counted). Reports model FLOPs per trai
 interaction (torch's FlopCounterMode on one step), the machine's measured fp32 matmul
 peak, and the share of that peak the training step reaches.
 
-    python bench/bench_train.py --data-dir output/demo --threads 2   # after ./run_demo.sh
+    python -m bench.bench_train --data-dir output/demo --threads 2   # after ./run_demo.sh
 
 The table goes to bench/results/train.txt.
 """
@@ -23,9 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from benchlib import REPO, WORK, Report, results_flag
 from torch.utils.flop_counter import FlopCounterMode
 
+from bench.benchlib import REPO, WORK, Report, results_flag
 from common.data.fold_data import load_fold_data
 from common.model.predict import to_tensors
 from common.model.saint import ModelConfig

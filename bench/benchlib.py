@@ -1,9 +1,11 @@
 """What the benchmark scripts share: the repository's places, the machine, the numbered
-scripts run as subprocesses, demo data, peak RSS of a child, and each script's one results
-file, bench/results/<name>.txt, written atomically with repository-relative paths.
+scripts (and the benchmarks' own modules) run as subprocesses, demo data, peak RSS of a
+child, and each script's one results file, bench/results/<name>.txt, written atomically
+with repository-relative paths.
 
-The scripts import this module as `benchlib` (a script's own folder is on sys.path) and
-the project as `common` (installed by scripts/setup_env.sh with `pip install -e .`).
+The scripts import this module as `bench.benchlib` (they run as modules of the package
+`bench` from the repository root) and the project as `common` (installed by
+scripts/setup_env.sh with `pip install -e .`).
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ class Report:
         self(title)
         self(f"date        {time.strftime('%Y-%m-%d %H:%M:%S %z')}")
         self(f"machine     {machine(*packages)}")
-        self(f"command     {shown([sys.executable, *sys.argv])}")
+        self(f"command     {shown(this_command())}")
         self(f"load avg    {load_average()} (1, 5, 15 min) at start")
         self()
 
@@ -140,6 +142,20 @@ def results_flag(parser: argparse.ArgumentParser, name: str) -> None:
 def script(name: str, *args: object, code: Path = REPO) -> list[str]:
     """The command that runs the numbered script `name` of the checkout `code`."""
     return [sys.executable, str(code / name), *map(str, args)]
+
+
+def module(name: str, *args: object) -> list[str]:
+    """The command that runs the benchmark module `name` (e.g. bench.bench_train) as a
+    script; run it from the repository root (benchlib.run's default cwd)."""
+    return [sys.executable, "-m", name, *map(str, args)]
+
+
+def this_command() -> list[str]:
+    """How this process was started, as it can be typed again: a benchmark run as a module
+    is `python -m bench.x ...`, not the path of its file (which would not import)."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    head = ["-m", spec.name] if spec is not None else sys.argv[:1]
+    return [sys.executable, *head, *sys.argv[1:]]
 
 
 def flags(**named: object) -> list[str]:
@@ -228,6 +244,13 @@ def peak_rss_bytes(rss_file: Path) -> int:
 
 
 BENCH_RUN = "bench"  # the run a benchmark's output dir holds (03_train.py --run bench)
+
+# the README's recipe for small data sets (run_demo.sh's 03 flags)
+SMALL_DATA_RECIPE = (
+    "--model", "saint+", "--d-model", "64", "--layers", "2", "--heads", "4", "--window",
+    "100", "--dropout", "0.1", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100",
+    "--epochs", "5",
+)  # fmt: skip
 
 
 def bench_run(out: Path) -> Path:

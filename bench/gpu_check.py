@@ -11,8 +11,8 @@ Targets on one H200-class GPU: training at least 1M interactions/s at the refere
 (a full Riiid epoch of about 100M interactions in under 2 minutes), streaming at least
 10,000 rows/s.
 
-    python bench/gpu_check.py                       # on a machine with CUDA
-    python bench/gpu_check.py --device cpu --quick  # the same steps, tiny, on a CPU
+    python -m bench.gpu_check                       # on a machine with CUDA
+    python -m bench.gpu_check --device cpu --quick  # the same steps, tiny, on a CPU
 """
 
 from __future__ import annotations
@@ -25,18 +25,18 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import (
+from bench.benchlib import (
     BENCH_RUN,
     WORK,
     Report,
     bench_fold,
     link_data,
     make_demo,
+    module,
     results_flag,
     run,
     script,
 )
-
 from common.tables import markdown_table
 
 TRAIN_TARGET = 1_000_000  # interactions/s at the reference size, one H200-class GPU
@@ -49,7 +49,7 @@ def train_rate(args: argparse.Namespace, data_out: Path, compile_: bool, say: Re
     config = "demo" if args.quick else "d256"
     steps = ("--steps", 2, "--warmup", 1, "--repeats", 1) if args.quick else ("--steps", 20)
     results = args.work_dir / f"train_{'compiled' if compile_ else 'eager'}.txt"
-    command = script("bench/bench_train.py", "--data-dir", data_out, "--configs", config, *steps)
+    command = module("bench.bench_train", "--data-dir", data_out, "--configs", config, *steps)
     command += ["--device", args.device, "--amp", args.amp, "--results", str(results)]
     command += ["--work-dir", str(args.work_dir / "train")] + (["--compile"] if compile_ else [])
     run(command, say=say)
@@ -74,7 +74,7 @@ def stream_rate(args: argparse.Namespace, say: Report) -> float:
     """bench_stream.py at d256 with 04_infer.py on the device."""
     users = 300 if args.quick else args.users
     config = "demo" if args.quick else "d256"
-    command = script("bench/bench_stream.py", "--users", users, "--configs", config)
+    command = module("bench.bench_stream", "--users", users, "--configs", config)
     command += ["--work-dir", str(args.work_dir), "--results", str(args.work_dir / "stream.txt")]
     run([*command, "--", "--device", args.device], say=say)
     summary = bench_fold(args.work_dir / f"stream_{config}") / "stream_summary.json"

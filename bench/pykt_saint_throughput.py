@@ -1,14 +1,14 @@
 """Training throughput of pyKT's SAINT (PyPI `pykt-toolkit`) on random data, CPU.
 
 Reference point for our own SAINT benchmark (bench/bench_train.py). Runs in a separate venv
-that has pykt-toolkit, a CPU torch and this project (for bench/benchlib.py):
+that has pykt-toolkit, a CPU torch and this project (bench/benchlib.py imports common):
 
     python3 -m venv <dir>-venv
     <dir>-venv/bin/pip install torch==2.13.0
     <dir>-venv/bin/pip install --no-deps pykt-toolkit
     <dir>-venv/bin/pip install numpy pandas scikit-learn
     <dir>-venv/bin/pip install --no-deps -e .          # from the repository root
-    <dir>-venv/bin/python bench/pykt_saint_throughput.py --batch-sizes 64 512
+    <dir>-venv/bin/python -m bench.pykt_saint_throughput --batch-sizes 64 512   # from the root
 
 One timed step is exactly pyKT's training step: `pykt.models.train_model.model_forward`
 (SAINT forward + BCE on all masked positions, as in pyKT's train loop), then
@@ -27,9 +27,10 @@ import statistics
 import time
 
 import torch
-from benchlib import Report, load_average, results_flag
 from pykt.models.saint import SAINT
 from pykt.models.train_model import model_forward
+
+from bench.benchlib import Report, load_average, results_flag
 
 NUM_Q, NUM_C = 13523, 188  # Riiid question / skill vocabulary sizes
 

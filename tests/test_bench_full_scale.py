@@ -1,5 +1,5 @@
 """The Riiid-size rehearsal: its parallel demo generator (common/inputs/demo_parallel.py) and one
-run of bench/bench_full_scale.py at a tiny scale, whose results file must hold every
+run of bench/rehearsal/full_scale.py at a tiny scale, whose results file must hold every
 stage's figures."""
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import pytest
 
 from common.inputs.demo_parallel import make_demo_parallel, riiid_config
 from tests.helpers import REPO
-
-BENCH = REPO / "bench" / "bench_full_scale.py"
 
 
 def test_riiid_config_has_the_real_shape():
@@ -79,14 +77,16 @@ def test_tiny_rehearsal_reports_every_stage(tmp_path):
     results = tmp_path / "full_scale.txt"
     command = [
         sys.executable,
-        str(BENCH),
+        *("-m", "bench.rehearsal.full_scale"),  # from the repository root
         *("--scale", "0.0005", "--chunk-users", "100", "--jobs", "2", "--threads", "1"),
         *("--train-steps", "1", "--train-warmup", "1", "--batch-size", "8"),
         *("--batch-seconds", "1", "--stream-rows", "200", "--kaggle-rows", "100"),
         *("--profile-rows", "100", "--count-groups", "2"),
         *("--work-dir", str(tmp_path / "work"), "--results", str(results)),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=900, check=False
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     text = results.read_text()
@@ -103,3 +103,4 @@ def test_tiny_rehearsal_reports_every_stage(tmp_path):
     for stage in ("03 training step", "03's batch builder (host CPU)", "04 streaming, d256"):
         assert f"| {stage}" in projection, f"{stage} missing from the GPU projection"
     assert str(tmp_path) not in text, "machine paths are written relative"
+    assert "command     python -m bench.rehearsal.full_scale --scale 0.0005" in text

@@ -1,10 +1,10 @@
-"""bench/bench_kt.py: one end-to-end run (00 -> 05 as subprocesses) on a tiny slice of the
+"""bench/kt/run.py: one end-to-end run (00 -> 05 as subprocesses) on a tiny slice of the
 real ASSISTments 2009 files, its section in the --results file, restarted once; and the
 lock on a model dir's report."""
 
 from __future__ import annotations
 
-import importlib.util
+import fcntl
 import json
 import subprocess
 import sys
@@ -13,17 +13,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from bench.kt.run import report_lock
 from tests.helpers import REPO, SHARED_DATA, shared_file
-
-BENCH = REPO / "bench" / "bench_kt.py"
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_kt", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -33,21 +24,23 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     work = tmp_path / "work"
     command = [
         sys.executable,
-        str(BENCH),
+        *("-m", "bench.kt.run"),  # from the repository root, as BENCHMARKS.md runs it
         *("--datasets", "assist2009_pid", "--models", "saint", "baselines", "--slice", "40"),
         *("--folds", "0", "--epochs", "1", "--d-model", "16", "--heads", "2"),
         *("--layers", "1", "--window", "20", "--batch-size", "16", "--bootstrap", "0"),
         *("--work-dir", work, "--results", kept, "--source-root", SHARED_DATA),
     ]
     command = [str(c) for c in command]
-    first = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    first = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False
+    )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
 
     results = list(work.glob("assist2009_pid-keep-akt5-slice40/saint-*/results/fold0.json"))
     assert len(results) == 1, sorted(str(p) for p in work.rglob("*.json"))
     result = json.loads(results[0].read_text())
     # the model's AUC is that of its own streamed predictions of the fold
-    fold_dir = results[0].parents[1] / "runs" / "bench" / "fold0"  # benchlib.bench_fold
+    fold_dir = results[0].parents[1] / "runs" / "bench" / "fold0"  # FoldRun(model dir).folder
     streamed = pd.read_parquet(fold_dir / "stream_predictions.parquet")
     recomputed = roc_auc_score(streamed["answered_correctly"], streamed["prediction"])
     assert result["scores"]["model"]["auc"] == pytest.approx(recomputed, abs=1e-12)
@@ -63,7 +56,8 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert len(result["commands"]) == 3
 
     section = kept.read_text()
-    assert section.startswith("## Public knowledge-tracing datasets (bench/bench_kt.py)")
+    assert section.startswith("## Public knowledge-tracing datasets (bench/kt/run.py)")
+    assert "`python -m bench.kt.run --datasets assist2009_pid" in section
     assert "| assist2009_pid (akt5) | SAINT |" in section
     assert "| assist2009_pid (akt5) | baseline: question rate |" in section
     boosted = alone["scores"]["boosted features"]["auc"]
@@ -74,14 +68,21 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert f"| assist2009_pid (akt5) | baseline: question rate | {rate:.4f} |" in section
     assert "Slice run" in section
 
-    again = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    again = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "skip:" in again.stdout and "train fold" not in again.stdout
 
     # --table-only runs nothing and rewrites the results file from the finished fold
     kept.unlink()
     table = subprocess.run(
-        [*command, "--table-only"], capture_output=True, text=True, timeout=120, check=False
+        [*command, "--table-only"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert table.returncode == 0, table.stdout[-3000:] + table.stderr[-3000:]
     assert "preparing" not in table.stdout and "skip:" not in table.stdout
@@ -89,10 +90,7 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
 
 
 def test_report_lock_excludes_a_second_holder_until_released(tmp_path):
-    """Two bench_kt jobs on one model dir take turns at 05 and its read-back."""
-    import fcntl
-
-    bench = load_bench()
+    """Two KT benchmark jobs on one model dir take turns at 05 and its read-back."""
     model_dir = tmp_path / "model"
 
     def try_lock() -> bool:
@@ -104,6 +102,6 @@ def test_report_lock_excludes_a_second_holder_until_released(tmp_path):
             fcntl.flock(other, fcntl.LOCK_UN)
             return True
 
-    with bench.report_lock(model_dir):
+    with report_lock(model_dir):
         assert not try_lock()
     assert try_lock()

@@ -136,12 +136,16 @@ def _question_entries(
     return entries
 
 
+def streamed_questions(content_type: np.ndarray, fold: Fold) -> np.ndarray:
+    """Global rows of the fold's streamed question rows, in stream order."""
+    return fold.stream_index[content_type[fold.stream_index] == QUESTION]
+
+
 def _check_streamed_once(
     path: Path, content_type: np.ndarray, fold: Fold, global_row: np.ndarray
 ) -> None:
     """Raise unless `global_row` holds each of the fold's streamed question rows once."""
-    streamed_type = content_type[fold.stream_index]
-    stream = fold.stream_index[streamed_type == QUESTION]
+    stream = streamed_questions(content_type, fold)
     if len(global_row) != len(stream) or not np.array_equal(np.sort(global_row), np.sort(stream)):
         unique = len(np.unique(global_row))
         raise ValueError(
@@ -153,8 +157,7 @@ def _check_streamed_once(
 
 def streamed_entries(data: Dataset, fold: Fold) -> np.ndarray:
     """Flat entries of the fold's streamed question rows: what 05 scores."""
-    streamed_type = np.asarray(data.arrays["content_type_id"])[fold.stream_index]
-    stream = fold.stream_index[streamed_type == QUESTION]
+    stream = streamed_questions(np.asarray(data.arrays["content_type_id"]), fold)
     return np.searchsorted(data.sequences.row, stream)
 
 

@@ -1,4 +1,4 @@
-"""04's stream in the Riiid-size rehearsal (bench/rehearsal.py): the fold's tail bounded
+"""04's stream in the Riiid-size rehearsal (bench/rehearsal/stages.py): the fold's tail bounded
 to its first rows, and a stand-in for the competition's `riiideducation` module that serves
 it, so that 04 runs its Kaggle path (the exported dataset's snapshot of every student)."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from benchlib import REPO, bench_fold
 
+from bench.benchlib import REPO, bench_fold
 from common.data.arrays import TrainArrays, load_questions
 from common.data.fold_data import Fold, fold_fingerprint
 from common.data.schema import QUESTION
@@ -21,7 +21,6 @@ from common.model.checkpoint import save_model
 from common.model.saint import SAINT, ModelConfig
 from common.stream.emulator import stream_frame
 
-HERE = Path(__file__).resolve()
 REFERENCE = dict(d_model=256, n_heads=8, encoder_layers=2, decoder_layers=2, window=100)
 GROUP_ROWS = "18,33"  # the real example test's group sizes
 
@@ -85,22 +84,19 @@ def prepare_stream(prep: Path, out: Path, max_rows: int | None, seed: int = 0) -
 
 
 KAGGLE_API = '''"""A stand-in for the competition's `riiideducation` module, written by
-bench/rehearsal.py: make_env() serves the rehearsal's stream through the emulator, so
-04_infer.py --competition runs its Kaggle path on it. With REHEARSAL_COUNT_GROUPS=N the
-first N groups' predictions run under bench/rehearsal_measure.py's counters (entered
+bench/rehearsal/stream.py: make_env() serves the rehearsal's stream through the emulator,
+so 04_infer.py --competition runs its Kaggle path on it. With REHEARSAL_COUNT_GROUPS=N the
+first N groups' predictions run under bench/rehearsal/measure.py's counters (entered
 when a group is handed out, left when its predictions come back), written to
 REHEARSAL_COUNTS at the end."""
 
 import json
 import os
-import sys
 
 import pandas as pd
 
+from bench.rehearsal.measure import Counters
 from common.stream.emulator import Emulator, EmulatorConfig
-
-sys.path.insert(0, os.environ["REHEARSAL_BENCH"])
-from rehearsal_measure import Counters  # noqa: E402
 
 
 class CountingEnv:
@@ -146,14 +142,13 @@ def bundle_root(bundle: Path) -> Path:
 
 def kaggle_api(folder: Path, stream: Path, count_groups: int = 0, counts: Path | None = None):
     """A folder holding the stand-in `riiideducation` module, and the environment that
-    puts it (and the project) on 04's path, serving `stream` (and counting the first
-    `count_groups` groups into `counts`)."""
+    puts it and the repository (the project and the package `bench`) on 04's path,
+    serving `stream` (and counting the first `count_groups` groups into `counts`)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "riiideducation.py").write_text(KAGGLE_API)
     path = os.pathsep.join([str(folder), str(REPO), os.environ.get("PYTHONPATH", "")])
     env = {
         "PYTHONPATH": path.rstrip(os.pathsep),
-        "REHEARSAL_BENCH": str(HERE.parent),
         "REHEARSAL_STREAM": str(stream),
         "REHEARSAL_GROUP_ROWS": GROUP_ROWS,
         "REHEARSAL_COUNT_GROUPS": str(count_groups),

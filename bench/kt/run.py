@@ -1,12 +1,12 @@
 """Public knowledge-tracing benchmark: SAINT and SAINT+ on ASSISTments 2009 (AKT's
 problem-level files and 5 user folds) and ASSISTments 2015 (DKVMN's files), run through
 the project's own scripts 00 -> 05 as subprocesses, with a table written to
-bench/results/kt.txt beside the published AUCs of bench/published_kt_results.csv.
+bench/results/kt.txt beside the published AUCs of bench/kt/published_kt_results.csv.
 
-    python bench/bench_kt.py            # full run: 2 datasets x 5 folds x SAINT, SAINT+
-    python bench/bench_kt.py --slice 60 --folds 0 --epochs 1 --d-model 16 --heads 2  # smoke
-    python bench/bench_kt.py --models saint-tags saint-interaction   # extensions (MODEL_FLAGS)
-    python bench/bench_kt.py --table-only   # rewrite kt.txt's table from finished folds
+    python -m bench.kt.run            # full run: 2 datasets x 5 folds x SAINT, SAINT+
+    python -m bench.kt.run --slice 60 --folds 0 --epochs 1 --d-model 16 --heads 2  # smoke
+    python -m bench.kt.run --models saint-tags saint-interaction   # extensions (MODEL_FLAGS)
+    python -m bench.kt.run --table-only   # rewrite kt.txt's table from finished folds
 
 Per dataset: 00_convert_kt_dataset.py (--multi-skill-rows keep: the rows AKT trains and
 scores on), optionally a slice of --slice students, 01_preprocess.py, 02_make_folds.py
@@ -37,23 +37,36 @@ Layout under --work-dir (default bench/out/kt/, git-ignored):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-import benchlib
-import kt_report
 import numpy as np
 import pandas as pd
-from benchlib import BENCH_RUN, bench_fold, bench_run, flags, link_data, relative, run, script
 
-from common.cli import config_from_args, to_argv
+from bench import benchlib
+from bench.benchlib import BENCH_RUN, bench_run, flags, link_data, relative, run, script
+from bench.fold_run import FoldRun, train_and_stream
+from bench.kt import report as kt_report
+from bench.kt.plans import (
+    BASELINES_ONLY,
+    BENCH_DEFAULTS,
+    BENCH_KNOBS,
+    DEFAULT_MODELS,
+    MODEL_FLAGS,
+    MODEL_NAMES,
+    MODELS,
+    PLANS,
+    Context,
+    DatasetPlan,
+    TrainSettings,
+)
+from common.cli import config_from_args
 from common.data.dataset import Dataset
 from common.data.fold_data import Fold
 from common.files import environment, file_lock, write_json, write_text
@@ -63,138 +76,8 @@ from common.report.evaluate import EvaluateConfig
 from common.report.scored_rows import baseline_columns, streamed_entries
 from common.train.config import TrainConfig, add_train_flags
 
-# 03_train.py flags of each model name: the papers' SAINT and SAINT+, and extensions:
-# "-tags" adds the mean embedding of the question's skills to the encoder (--tags);
-# "-interaction" also embeds each answered question per (question, response) pair, and its
-# skills per (skill, response) pair, in the decoder (--decoder-features ... question);
-# "-rasch-encoder" has AKT's Rasch form of the question: no vector per question, only a
-# scalar difficulty that scales a variation of the skills' mean embedding; "-rasch" has it
-# in the decoder too, for the (skill, response) pairs of the answered questions
-MODEL_FLAGS = {
-    "saint": ("--model", "saint"),
-    "saint+": ("--model", "saint+"),
-    "saint-tags": ("--model", "saint", "--tags"),
-    "saint+-tags": ("--model", "saint+", "--tags"),
-    "saint-interaction": ("--model", "saint", "--tags", "--decoder-features", "question"),
-    "saint-rasch-encoder": ("--model", "saint", "--tags", "--question-embedding", "rasch"),
-    "saint-rasch": (
-        "--model", "saint", "--tags", "--question-embedding", "rasch",
-        "--decoder-features", "question",
-    ),
-    "saint-rasch-readout": (
-        "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
-    ),
-    "saint-readout": ("--model", "saint", "--readout", "akt"),
-    "saint-rasch-readout-difficulty": (
-        "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
-        "--difficulty-buckets", "20",
-    ),
-}  # fmt: skip
-# the baselines alone (05's three, the boosted features included) on each fold's stream
-# rows, without a model: cheap rows for the table
-BASELINES_ONLY = kt_report.BASELINES_ONLY
-MODELS = (*MODEL_FLAGS, BASELINES_ONLY)
-DEFAULT_MODELS = ("saint", "saint+")
-MODEL_NAMES = {
-    "saint": "SAINT", "saint+": "SAINT+",
-    "saint-tags": "SAINT + skill tags", "saint+-tags": "SAINT+ + skill tags",
-    "saint-interaction": "SAINT + skill tags + interaction decoder",
-    "saint-rasch-encoder": "SAINT + Rasch skill embeddings (encoder)",
-    "saint-rasch": "SAINT + Rasch skill embeddings (encoder and decoder)",
-    "saint-rasch-readout": "SAINT + Rasch skill embeddings + AKT read-out",
-    "saint-readout": "SAINT + AKT read-out",
-    "saint-rasch-readout-difficulty": "SAINT + Rasch skill embeddings + AKT read-out + difficulty",
-    BASELINES_ONLY: BASELINES_ONLY,
-}  # fmt: skip
 SLICE_SEED = 0
-# the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine
-# with a short warm-up, as 03's Noam default would never end warm-up here (79 steps per
-# epoch on an assist2009_pid fold, about 270 on assist2015, at batch 64)
-BENCH_KNOBS = (
-    "epochs", "model.d_model", "model.encoder_layers", "model.decoder_layers", "model.n_heads",
-    "model.window", "batch_size", "lr", "schedule", "warmup", "model.dropout", "seed", "device",
-)  # fmt: skip
-BENCH_DEFAULTS = {
-    "epochs": 10, "model.d_model": 128, "batch_size": 64, "schedule": "cosine", "warmup": 200,
-}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class DatasetPlan:
-    """How one dataset is converted and split."""
-
-    preset: str  # a PRESETS name of common/inputs/kt_datasets.py
-    split: str  # short name of the split, part of the work directory's name
-    fold_flags: tuple[str, ...]  # 02_make_folds.py flags
-    n_folds: int
-    note: str
-
-
-PLANS: dict[str, dict[str, DatasetPlan]] = {
-    "assist2009_pid": {
-        "akt5": DatasetPlan(
-            "assist2009_pid", "akt5", ("--strategy", "dataset", "--n-folds", "5"), 5,
-            "AKT's 5 disjoint user folds (user_folds.csv from 00): the same test students "
-            "as AKT's assist2009_pid_test{1..5}.csv",
-        ),
-    },
-    "assist2015": {
-        "unseen5": DatasetPlan(
-            "assist2015", "unseen5", ("--strategy", "unseen", "--n-folds", "5", "--seed", "0"),
-            5,
-            "5 random folds of wholly new students (seed 0) over DKVMN's train+test "
-            "students; DKVMN itself ships a single train/test split",
-        ),
-        "dkvmn": DatasetPlan(
-            "assist2015", "dkvmn", ("--strategy", "dataset", "--n-folds", "1"), 1,
-            "DKVMN's single split: fold 0 = the 5,905 students of assist2015_test.csv",
-        ),
-    },
-}  # fmt: skip
-
-
-@dataclass
-class TrainSettings:
-    """The 03_train.py config of every fold; part of the model directory's name (hash)."""
-
-    train: TrainConfig  # the BENCH_KNOBS fields are what the bench sets
-    checkpoint: str = "last"  # last epoch (no selection on the test fold) or best
-    extra: tuple[str, ...] = ()  # further 03_train.py flags, verbatim
-
-    def train_flags(self) -> list[str]:
-        flags = {
-            "--patience": self.train.epochs,  # no early stopping: it would look at the test fold
-            # last: every training student trains (no best.pt is scored); best: best.pt,
-            # chosen on an inner split of them, never on the test fold
-            "--select-on": "inner" if self.checkpoint == "best" else "fold",
-        }
-        pairs = [str(x) for pair in flags.items() for x in pair]
-        return to_argv(self.train, BENCH_KNOBS) + pairs + list(self.extra)
-
-    def checkpoint_file(self) -> str:
-        return "best.pt" if self.checkpoint == "best" else f"epoch_{self.train.epochs:02d}.pt"
-
-    def key(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
-@dataclass
-class Context:
-    """What every step needs: the settings and the parsed command line (args)."""
-
-    settings: TrainSettings
-    args: argparse.Namespace
-    argv: list[str]
-
-    def dataset_dir(self, plan: DatasetPlan) -> Path:
-        name = f"{plan.preset}-{self.args.multi_skill_rows}-{plan.split}"
-        if self.args.slice_students:
-            name += f"-slice{self.args.slice_students}"
-        return self.args.work_dir / name
-
-    def model_dir(self, plan: DatasetPlan, model: str) -> Path:
-        return self.dataset_dir(plan) / f"{model}-{self.settings.key()}"
+PUBLISHED = Path(__file__).with_name("published_kt_results.csv")
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,21 +155,22 @@ def prepare_model_dir(ctx: Context, plan: DatasetPlan, model: str, prep_dir: Pat
 # one fold of one model: 03, 04, 05
 
 
-def fold_commands(ctx: Context, model: str, model_dir: Path, input_dir: Path, k: int):
-    s, fold = ctx.settings, flags(output_dir=model_dir, run=BENCH_RUN, fold=k)
-    # --resume: an interrupted fold continues from its last epoch
-    train_flags = [*MODEL_FLAGS[model], *s.train_flags(), "--resume", "--no-progress"]
-    stream = flags(checkpoint=s.checkpoint_file(), device=s.train.device, no_export=True)
+def fold_flags(ctx: Context, model: str) -> tuple[list[str], list[str]]:
+    """The 03_train.py and 04_infer.py flags of every fold of `model`."""
+    s = ctx.settings
+    train = [*MODEL_FLAGS[model], *s.train_flags()]
+    return train, flags(checkpoint=s.checkpoint_file(), device=s.train.device)
+
+
+def evaluate_command(ctx: Context, plan: DatasetPlan, model_dir: Path, k: int) -> list[str]:
+    """05_evaluate.py scoring fold k alone (no bootstrap: the pooled run has it)."""
+    input_dir = ctx.dataset_dir(plan) / "input"
     score = flags(input_dir=input_dir, output_dir=model_dir, run=BENCH_RUN, folds=k, bootstrap=0)
-    return (
-        script("03_train.py", *fold, *train_flags),
-        script("04_infer.py", *fold, *stream, "--no-progress"),
-        script("05_evaluate.py", *score, "--no-progress"),
-    )
+    return script("05_evaluate.py", *score, "--no-progress")
 
 
 def report_lock(model_dir: Path):
-    """Each 05 run rewrites the run's report/. Two bench_kt jobs on one model (other
+    """Each 05 run rewrites the run's report/. Two KT benchmark jobs on one model (other
     folds) take turns at 05 and at reading its table back, so neither reads the other's
     (an exclusive flock on model_dir/report.lock, released when the block ends)."""
     return file_lock(model_dir / "report.lock")
@@ -333,29 +217,46 @@ def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: in
         return json.loads(result_path.read_text())
     if model == BASELINES_ONLY:
         result = run_baselines(ctx, plan, model_dir, k)
-        write_json(result_path, result)
-        return result
-    if ctx.args.force:
-        result_path.unlink(missing_ok=True)
-        shutil.rmtree(bench_fold(model_dir, k), ignore_errors=True)
-    input_dir = ctx.dataset_dir(plan) / "input"
-    commands = fold_commands(ctx, model, model_dir, input_dir, k)
-    logs, wall = model_dir / "logs", {}
-    for step, command in zip(("train", "infer"), commands, strict=False):
-        wall[step] = run(command, logs / f"fold{k}_{step}.log", label=f"{step} fold {k}")
+    else:
+        if ctx.args.force:
+            result_path.unlink(missing_ok=True)
+            shutil.rmtree(FoldRun(model_dir, fold=k).folder, ignore_errors=True)
+        result = train_and_score(ctx, plan, model, model_dir, k)
+    write_json(result_path, result)
+    return result
+
+
+def train_and_score(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: int) -> dict:
+    """03 and 04 on fold k, then 05 scoring it: the fold's result."""
+    fold, logs = FoldRun(model_dir, fold=k), model_dir / "logs"
+    train_flags, stream_flags = fold_flags(ctx, model)
+    wall = train_and_stream(fold, train_flags, stream_flags, logs=logs, label=f"fold {k}")
+    evaluate = evaluate_command(ctx, plan, model_dir, k)
     with report_lock(model_dir):
-        evaluate = commands[2]
-        wall["evaluate"] = run(evaluate, logs / f"fold{k}_evaluate.log", label=f"evaluate fold {k}")
+        log = logs / f"fold{k}_evaluate.log"
+        wall["evaluate"] = run(evaluate, log, label=f"evaluate fold {k}")
         scores = kt_report.fold_metrics(model_dir, k)
-    fold_dir = bench_fold(model_dir, k)
-    history = pd.read_csv(fold_dir / "history.csv")
-    stream = json.loads((fold_dir / "stream_summary.json").read_text())
-    run_record = json.loads((fold_dir / "train_run.json").read_text())
-    result = {
+    commands = [fold.train_command(train_flags), fold.stream_command(stream_flags), evaluate]
+    return fold_result(ctx, plan, model, fold, scores, wall, commands)
+
+
+def fold_result(
+    ctx: Context,
+    plan: DatasetPlan,
+    model: str,
+    fold: FoldRun,
+    scores: dict,
+    wall: dict[str, float],
+    commands: list[list[str]],
+) -> dict:
+    """What results/fold{k}.json keeps of a trained, streamed and scored fold."""
+    history, stream = fold.history(), fold.stream_summary()
+    run_record = json.loads((fold.folder / "train_run.json").read_text())
+    return {
         "dataset": plan.preset,
         "split": plan.split,
         "model": model,
-        "fold": k,
+        "fold": fold.fold,
         "scores": scores,
         "train_seconds": float(history["train_seconds"].sum()),
         "valid_seconds": float(history["valid_seconds"].sum()),
@@ -372,8 +273,6 @@ def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: in
         "environment": run_record.get("environment", {}),
         "cpus": os.cpu_count(),
     }
-    write_json(result_path, result)
-    return result
 
 
 def pooled_report(ctx: Context, plan: DatasetPlan, model_dir: Path, folds: list[int]) -> None:
@@ -448,9 +347,7 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--train-extra", default="", help="further 03_train.py flags, one string")
     p.add_argument("--bootstrap", type=int, default=200, help="resamples of the pooled 05 run")
     p.add_argument("--work-dir", type=Path, default=benchlib.WORK / "kt")
-    p.add_argument(
-        "--published", type=Path, default=benchlib.REPO / "bench" / "published_kt_results.csv"
-    )
+    p.add_argument("--published", type=Path, default=PUBLISHED)
     p.add_argument("--source-root", type=Path, default=benchlib.SHARED_DATA)
     kept = "bench/results/kt.txt; none for a --slice run"
     p.add_argument("--results", type=Path, help=f"where the section is written (default {kept})")
@@ -464,7 +361,7 @@ def parse_args(argv: list[str] | None = None):
     args.work_dir, args.source_root = args.work_dir.resolve(), args.source_root.resolve()
     extra = tuple(shlex.split(args.train_extra))
     settings = TrainSettings(config_from_args(TrainConfig, args), args.checkpoint, extra)
-    command = [sys.executable, "bench/bench_kt.py", *(sys.argv[1:] if argv is None else argv)]
+    command = [sys.executable, "-m", "bench.kt.run", *(sys.argv[1:] if argv is None else argv)]
     splits = {"assist2009_pid": "akt5", "assist2015": args.assist2015_split}
     plans = [PLANS[name][splits[name]] for name in args.datasets]
     table_plans = [PLANS[name][split] for name, split in splits.items()]

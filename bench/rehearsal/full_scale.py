@@ -1,11 +1,11 @@
 """A Riiid-size rehearsal: every stage on a demo of the real train.csv's shape, timed and
 its peak memory measured in a fresh process, against the targets.
 
-    python bench/bench_full_scale.py                    # full size: ~101M rows, 393,656 students
-    python bench/bench_full_scale.py --scale 0.01       # a hundredth, in minutes
-    python bench/bench_full_scale.py --skip generate,preprocess,folds   # reuse the work folder
+    python -m bench.rehearsal.full_scale                 # full size: ~101M rows, 393,656 students
+    python -m bench.rehearsal.full_scale --scale 0.01    # a hundredth, in minutes
+    python -m bench.rehearsal.full_scale --skip generate,preprocess,folds   # reuse the work folder
 
-Stages (bench/rehearsal.py; the report: bench/rehearsal_report.py): the demo in parallel
+Stages (bench/rehearsal/stages.py; the report: bench/rehearsal/report.py): the demo in parallel
 chunks (common/inputs/demo_parallel.py), 01, 02 (one virtual-time fold: its tail is the Kaggle-like
 stream), 03's training steps at the reference size (d256, 2+2 layers, batch 512) on its own
 data path, 03's batch builder alone, 04 on the first --stream-rows question rows of the
@@ -21,14 +21,12 @@ import shutil
 import sys
 from pathlib import Path
 
-import rehearsal
-import rehearsal_report
-from benchlib import RSS_SOURCE, WORK, Report, load_average, results_flag
-
-STAGES = ("generate", "preprocess", "folds", "train", "batches", "stream", "kaggle", "profile")
+from bench.benchlib import RSS_SOURCE, WORK, Report, load_average, results_flag
+from bench.rehearsal import report, stages
+from bench.rehearsal.stages import STAGES, Places
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -60,32 +58,44 @@ def main(argv: list[str] | None = None) -> int:
     )
     results_flag(parser, "full_scale")
     args = parser.parse_args(argv)
-    skip = set(filter(None, args.skip.split(",")))
-    if unknown := skip - set(STAGES):
+    args.skip = set(filter(None, args.skip.split(",")))
+    if unknown := args.skip - set(STAGES):
         parser.error(f"--skip: unknown stages {sorted(unknown)}; stages are {STAGES}")
+    return args
+
+
+def run_stages(args: argparse.Namespace, places: Places, say: Report) -> None:
+    """Every stage not skipped, in order, each keeping its figures in the work folder."""
+    recipe = {
+        "generate": (stages.run_generate, args.scale, args.seed, args.jobs, args.chunk_users),
+        "preprocess": (stages.run_preprocess,),
+        "folds": (stages.run_folds, args.valid_share),
+        "train": (
+            stages.run_train, args.train_steps, args.train_warmup, args.batch_size, args.threads
+        ),
+        "batches": (stages.run_batches, args.batch_seconds, [args.jobs], args.batch_size),
+        "stream": (stages.run_stream, args.stream_rows or None, args.threads),
+        "kaggle": (stages.run_kaggle, args.kaggle_rows, args.threads),
+        "profile": (stages.run_profile, args.profile_rows, args.count_groups, args.threads),
+    }  # fmt: skip
+    for name in STAGES:
+        if name not in args.skip:
+            say(f"{name}:")
+            stage, *stage_args = recipe[name]
+            stage(places, *stage_args, say)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     say = Report("full_scale", args.results)
-    places = rehearsal.Places(args.work_dir)
-    say.header("Riiid-size rehearsal (bench/bench_full_scale.py)", "torch", "numpy", "pyarrow")
+    places = Places(args.work_dir)
+    say.header("Riiid-size rehearsal (bench/rehearsal/full_scale.py)", "torch", "numpy", "pyarrow")
     say(f"scale       {args.scale:g} of the real train.csv's students; work {args.work_dir}")
     say(f"peak RSS    {RSS_SOURCE}, and the sampled PSS sum over a stage's process tree")
     say()
-
-    def stage(name: str, run, *a) -> None:
-        if name not in skip:
-            say(f"{name}:")
-            run(places, *a, say)
-
-    stage("generate", rehearsal.run_generate, args.scale, args.seed, args.jobs, args.chunk_users)
-    stage("preprocess", rehearsal.run_preprocess)
-    stage("folds", rehearsal.run_folds, args.valid_share)
-    train = (args.train_steps, args.train_warmup, args.batch_size, args.threads)
-    stage("train", rehearsal.run_train, *train)
-    stage("batches", rehearsal.run_batches, args.batch_seconds, [args.jobs], args.batch_size)
-    stage("stream", rehearsal.run_stream, args.stream_rows or None, args.threads)
-    stage("kaggle", rehearsal.run_kaggle, args.kaggle_rows, args.threads)
-    stage("profile", rehearsal.run_profile, args.profile_rows, args.count_groups, args.threads)
+    run_stages(args, places, say)
     say()
-    rehearsal_report.report(say, places, args.scale)
+    report.report(say, places, args.scale)
     say(f"load avg    {load_average()} (1, 5, 15 min) at the end")
     if args.clean:
         for folder in (places.input, places.prep, places.stream, places.bundle):

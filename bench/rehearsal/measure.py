@@ -1,4 +1,4 @@
-"""How the Riiid-size rehearsal (bench/rehearsal.py) measures: a stage's wall time and the
+"""How the Riiid-size rehearsal (bench/rehearsal/stages.py) measures: a stage's wall time and the
 peak memory of its process tree, and the FLOPs, aten ops and bytes of what runs under its
 counters (the one-GPU projection's inputs)."""
 
@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from benchlib import peak_rss_bytes, run, shown, with_peak_rss
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
+
+from bench.benchlib import peak_rss_bytes, run, shown, with_peak_rss
 
 # ---------------------------------------------------------------------------------------
 # running a stage: wall time and peak RSS

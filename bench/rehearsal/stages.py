@@ -1,17 +1,17 @@
-"""The Riiid-size rehearsal's stages (bench/bench_full_scale.py), each run in a fresh
+"""The Riiid-size rehearsal's stages (bench/rehearsal/full_scale.py), each run in a fresh
 process so its peak RSS is its own:
 
-    python bench/rehearsal.py generate --input-dir D --scale S      # the demo, in parallel
-    python bench/rehearsal.py train --data-dir P --steps N          # 03's steps at d256
-    python bench/rehearsal.py batches --data-dir P --seconds T      # the batch builder alone
+    python -m bench.rehearsal.stages generate --json F --input-dir D --scale S  # the demo
+    python -m bench.rehearsal.stages train --json F --data-dir P --steps N      # 03's steps
+    python -m bench.rehearsal.stages batches --json F --data-dir P --seconds T  # the builder
 
 Each writes what it measured to --json. 01, 02 and 04 run as the numbered scripts
-themselves; bench/rehearsal_stream.py bounds 04's stream and stands in for the
+themselves; bench/rehearsal/stream.py bounds 04's stream and stands in for the
 competition's `riiideducation` module so that 04 runs its competition path (the Kaggle
-dataset's snapshot of every student) on the rehearsal's stream; bench/rehearsal_measure.py
-measures each stage's process tree and counts FLOPs. The `run_*`
-functions are the recipe's stages: each keeps its figures in <work>/figures/<stage>.json,
-which bench/rehearsal_report.py turns into the report and the one-GPU projection.
+dataset's snapshot of every student) on the rehearsal's stream; bench/rehearsal/measure.py
+measures each stage's process tree and counts FLOPs. The `run_*` functions are the
+recipe's stages: each keeps its figures in <work>/figures/<stage>.json, which
+bench/rehearsal/report.py turns into the report and the one-GPU projection.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from benchlib import bench_fold, script
-from rehearsal_measure import Measured, counted, measure
-from rehearsal_stream import (
+
+from bench.benchlib import bench_fold, module, script
+from bench.rehearsal.measure import Measured, counted, measure
+from bench.rehearsal.stream import (
     GROUP_ROWS,
     REFERENCE,
     bundle_root,
@@ -42,7 +43,6 @@ from rehearsal_stream import (
     last_json,
     prepare_stream,
 )
-
 from common.data.fold_data import load_fold_data
 from common.data.schema import QUESTION
 from common.files import write_json
@@ -53,12 +53,13 @@ from common.model.saint import ModelConfig
 from common.train.config import TrainConfig
 from common.train.trainer import Trainer
 
-HERE = Path(__file__).resolve()
+# the recipe's stages, in the order they run (full_scale's --skip names them)
+STAGES = ("generate", "preprocess", "folds", "train", "batches", "stream", "kaggle", "profile")
 
 
 def child(stage: str, *args: object) -> list[str]:
     """The command that runs `stage` of this module in a fresh process."""
-    return [sys.executable, str(HERE), stage, *map(str, args)]
+    return module("bench.rehearsal.stages", stage, *args)
 
 
 def threads_env(threads: int) -> dict:
@@ -116,7 +117,7 @@ def stage_train(args: argparse.Namespace) -> dict:
     return {
         **seconds,
         "threads": args.threads,
-        "batch_size": trainer.batch_size,
+        "batch_size": trainer.plan.batch_size,
         "parameters": trainer.model.n_parameters(),
         "steps_timed": len(trained) - args.warmup,
         "warmup_steps": args.warmup,
@@ -251,7 +252,7 @@ def profile_shares(stats: pstats.Stats, total: float) -> dict:
     return shares
 
 
-STAGES = {
+CHILD_STAGES = {  # the stages measured inside a child process of this module
     "generate": stage_generate,
     "train": stage_train,
     "batches": stage_batches,
@@ -260,7 +261,7 @@ STAGES = {
 
 def child_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=STAGES)
+    parser.add_argument("stage", choices=CHILD_STAGES)
     parser.add_argument("--json", type=Path, required=True, help="where the figures go")
     parser.add_argument("--input-dir", type=Path)
     parser.add_argument("--scale", type=float, default=1.0)
@@ -276,7 +277,7 @@ def child_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--workers", type=int, nargs="*", default=[2])
     args = parser.parse_args(argv)
-    write_json(args.json, STAGES[args.stage](args))
+    write_json(args.json, CHILD_STAGES[args.stage](args))
     return 0
 
 

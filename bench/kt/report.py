@@ -1,8 +1,9 @@
-"""bench/bench_kt.py's results: each fold's scores read back from 05_evaluate.py, and the
-section it writes to bench/results/kt.txt (or its --results): the config and machine,
-the table of finished folds (AUC and accuracy, mean ± std over folds, with 05's
-baselines), the published AUCs of bench/published_kt_results.csv with their protocols,
-the protocol notes, and the commands of one fold."""
+"""The KT benchmark's results (bench/kt/run.py): each fold's scores read back from
+05_evaluate.py, and the section it writes to bench/results/kt.txt (or its --results): the
+config and machine, the table of finished folds (AUC and accuracy, mean ± std over folds,
+with 05's baselines), the published AUCs of bench/kt/published_kt_results.csv with their
+protocols, the protocol notes, and the commands of one fold. It takes the script's
+context and plans (bench/kt/plans.py), never the script itself."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import re
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
-from benchlib import bench_run, relative, shown
 
+from bench.benchlib import bench_run, relative, shown
+from bench.kt.plans import BASELINES_ONLY, Context, DatasetPlan
 from common.report.baselines import BASELINE_NAMES
 from common.report.blend import BLEND
 from common.report.feature_baseline import FEATURE_BASELINE
@@ -24,10 +25,6 @@ from common.tables import markdown_table
 
 BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)
 SCORERS = (BLEND, *BASELINES)  # beside the model, each where 05 scored it
-BASELINES_ONLY = "baselines"  # bench_kt's model of baseline-only folds
-
-if TYPE_CHECKING:
-    from bench_kt import Context, DatasetPlan
 
 
 def finished_results(model_dir: Path) -> list[dict]:
@@ -124,7 +121,9 @@ def published_section(published: list[dict], datasets: list[str]) -> str:
         note = notes.setdefault(p["protocol_note"], len(notes) + 1)
         auc = f"{float(p['auc']):.4f}{std}"
         rows.append([p["dataset"], p["model"], auc, short_source(p["source"]), f"[{note}]"])
-    text = "Published ROC AUCs (bench/published_kt_results.csv; only numbers read in a source):\n\n"
+    text = (
+        "Published ROC AUCs (bench/kt/published_kt_results.csv; only numbers read in a source):\n\n"
+    )
     if rows:
         text += markdown_table(["dataset", "model", "AUC", "source", "protocol"], rows, "lllll")
         text += "\n" + "".join(f"[{n}] {note}\n\n" for note, n in notes.items())
@@ -233,7 +232,7 @@ def render_section(ctx: Context, finished: dict[DatasetPlan, dict[str, list[dict
         f"scored from {s.checkpoint_file()}" + (f", extra {' '.join(s.extra)}" if s.extra else "")
     )
     parts = [
-        "## Public knowledge-tracing datasets (bench/bench_kt.py)\n",
+        "## Public knowledge-tracing datasets (bench/kt/run.py)\n",
         f"Written {time.strftime('%Y-%m-%d %H:%M')} by `{shown(ctx.argv)}`.\n",
         f"Config ({s.key()}): {config}. Machine: {machine_line(finished)}.\n",
         markdown_table(header, result_rows(finished), "l" * len(header)),

@@ -1,0 +1,148 @@
+"""What the KT benchmark (bench/kt/run.py) and its report (bench/kt/report.py) share: the
+models' 03_train.py flags and table names, the data sets' plans (conversion and split),
+the training settings of every fold and the context every step is given. It imports
+neither of them, so the report reads these types without importing the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from common.cli import to_argv
+from common.train.config import TrainConfig
+
+# 03_train.py flags of each model name: the papers' SAINT and SAINT+, and extensions:
+# "-tags" adds the mean embedding of the question's skills to the encoder (--tags);
+# "-interaction" also embeds each answered question per (question, response) pair, and its
+# skills per (skill, response) pair, in the decoder (--decoder-features ... question);
+# "-rasch-encoder" has AKT's Rasch form of the question: no vector per question, only a
+# scalar difficulty that scales a variation of the skills' mean embedding; "-rasch" has it
+# in the decoder too, for the (skill, response) pairs of the answered questions
+MODEL_FLAGS = {
+    "saint": ("--model", "saint"),
+    "saint+": ("--model", "saint+"),
+    "saint-tags": ("--model", "saint", "--tags"),
+    "saint+-tags": ("--model", "saint+", "--tags"),
+    "saint-interaction": ("--model", "saint", "--tags", "--decoder-features", "question"),
+    "saint-rasch-encoder": ("--model", "saint", "--tags", "--question-embedding", "rasch"),
+    "saint-rasch": (
+        "--model", "saint", "--tags", "--question-embedding", "rasch",
+        "--decoder-features", "question",
+    ),
+    "saint-rasch-readout": (
+        "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
+    ),
+    "saint-readout": ("--model", "saint", "--readout", "akt"),
+    "saint-rasch-readout-difficulty": (
+        "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
+        "--difficulty-buckets", "20",
+    ),
+}  # fmt: skip
+# the baselines alone (05's three, the boosted features included) on each fold's stream
+# rows, without a model: cheap rows for the table
+BASELINES_ONLY = "baselines"
+MODELS = (*MODEL_FLAGS, BASELINES_ONLY)
+DEFAULT_MODELS = ("saint", "saint+")
+MODEL_NAMES = {
+    "saint": "SAINT", "saint+": "SAINT+",
+    "saint-tags": "SAINT + skill tags", "saint+-tags": "SAINT+ + skill tags",
+    "saint-interaction": "SAINT + skill tags + interaction decoder",
+    "saint-rasch-encoder": "SAINT + Rasch skill embeddings (encoder)",
+    "saint-rasch": "SAINT + Rasch skill embeddings (encoder and decoder)",
+    "saint-rasch-readout": "SAINT + Rasch skill embeddings + AKT read-out",
+    "saint-readout": "SAINT + AKT read-out",
+    "saint-rasch-readout-difficulty": "SAINT + Rasch skill embeddings + AKT read-out + difficulty",
+    BASELINES_ONLY: BASELINES_ONLY,
+}  # fmt: skip
+# the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine
+# with a short warm-up, as 03's Noam default would never end warm-up here (79 steps per
+# epoch on an assist2009_pid fold, about 270 on assist2015, at batch 64)
+BENCH_KNOBS = (
+    "epochs", "model.d_model", "model.encoder_layers", "model.decoder_layers", "model.n_heads",
+    "model.window", "batch_size", "lr", "schedule", "warmup", "model.dropout", "seed", "device",
+)  # fmt: skip
+BENCH_DEFAULTS = {
+    "epochs": 10, "model.d_model": 128, "batch_size": 64, "schedule": "cosine", "warmup": 200,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DatasetPlan:
+    """How one dataset is converted and split."""
+
+    preset: str  # a PRESETS name of common/inputs/kt_datasets.py
+    split: str  # short name of the split, part of the work directory's name
+    fold_flags: tuple[str, ...]  # 02_make_folds.py flags
+    n_folds: int
+    note: str
+
+
+PLANS: dict[str, dict[str, DatasetPlan]] = {
+    "assist2009_pid": {
+        "akt5": DatasetPlan(
+            "assist2009_pid", "akt5", ("--strategy", "dataset", "--n-folds", "5"), 5,
+            "AKT's 5 disjoint user folds (user_folds.csv from 00): the same test students "
+            "as AKT's assist2009_pid_test{1..5}.csv",
+        ),
+    },
+    "assist2015": {
+        "unseen5": DatasetPlan(
+            "assist2015", "unseen5", ("--strategy", "unseen", "--n-folds", "5", "--seed", "0"),
+            5,
+            "5 random folds of wholly new students (seed 0) over DKVMN's train+test "
+            "students; DKVMN itself ships a single train/test split",
+        ),
+        "dkvmn": DatasetPlan(
+            "assist2015", "dkvmn", ("--strategy", "dataset", "--n-folds", "1"), 1,
+            "DKVMN's single split: fold 0 = the 5,905 students of assist2015_test.csv",
+        ),
+    },
+}  # fmt: skip
+
+
+@dataclass
+class TrainSettings:
+    """The 03_train.py config of every fold; part of the model directory's name (hash)."""
+
+    train: TrainConfig  # the BENCH_KNOBS fields are what the bench sets
+    checkpoint: str = "last"  # last epoch (no selection on the test fold) or best
+    extra: tuple[str, ...] = ()  # further 03_train.py flags, verbatim
+
+    def train_flags(self) -> list[str]:
+        flags = {
+            "--patience": self.train.epochs,  # no early stopping: it would look at the test fold
+            # last: every training student trains (no best.pt is scored); best: best.pt,
+            # chosen on an inner split of them, never on the test fold
+            "--select-on": "inner" if self.checkpoint == "best" else "fold",
+        }
+        pairs = [str(x) for pair in flags.items() for x in pair]
+        return to_argv(self.train, BENCH_KNOBS) + pairs + list(self.extra)
+
+    def checkpoint_file(self) -> str:
+        return "best.pt" if self.checkpoint == "best" else f"epoch_{self.train.epochs:02d}.pt"
+
+    def key(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+@dataclass
+class Context:
+    """What every step needs: the settings and the parsed command line (args)."""
+
+    settings: TrainSettings
+    args: argparse.Namespace
+    argv: list[str]
+
+    def dataset_dir(self, plan: DatasetPlan) -> Path:
+        name = f"{plan.preset}-{self.args.multi_skill_rows}-{plan.split}"
+        if self.args.slice_students:
+            name += f"-slice{self.args.slice_students}"
+        return self.args.work_dir / name
+
+    def model_dir(self, plan: DatasetPlan, model: str) -> Path:
+        return self.dataset_dir(plan) / f"{model}-{self.settings.key()}"
