@@ -209,7 +209,7 @@ def append_rows(output_dir: Path, run: str, count: int) -> None:
 
 
 def test_runs_appending_side_by_side_lose_no_row(tmp_path):
-    """Stages of two runs finishing together (bench_kt runs folds side by side): each
+    """Stages of two runs finishing together (bench.kt.run runs folds side by side): each
     append reads, adds and replaces the file under the output folder's lock."""
     import multiprocessing
 

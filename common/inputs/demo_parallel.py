@@ -1,6 +1,6 @@
 """A demo of any size, generated in parallel chunks of students (joblib processes), in
 the competition's file format with the per-row truth: the data of the Riiid-size
-rehearsal (bench/bench_full_scale.py).
+rehearsal (bench/rehearsal/full_scale.py).
 
 The item bank is common.inputs.demo's for the config's seed (the same questions.csv and
 lectures.csv as a one-process demo of that config). Chunk k of `chunk_users` students is
