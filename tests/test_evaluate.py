@@ -311,18 +311,25 @@ def tiny_run(demo_input: Path, demo_output: Path, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_report(tiny_run: Path, demo_input: Path, run_script) -> tuple[Path, str]:
-    result = run_script(
-        "05_evaluate.py",
-        "--output-dir",
-        tiny_run,
-        "--input-dir",
-        demo_input,
-        "--bootstrap",
-        "50",
-        "--no-progress",
-        timeout=120,
-    )
+    loads = []  # the folds 05 reads from disk (each read hashes the file)
+    load = Fold.load.__func__
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            Fold, "load", classmethod(lambda cls, out, k: loads.append(k) or load(cls, out, k))
+        )
+        result = run_script(
+            "05_evaluate.py",
+            "--output-dir",
+            tiny_run,
+            "--input-dir",
+            demo_input,
+            "--bootstrap",
+            "50",
+            "--no-progress",
+            timeout=120,
+        )
     assert result.returncode == 0, result.stderr
+    assert loads == [0, 1]  # each fold read once, for its rows and its blend alike
     return tiny_run, result.stdout
 
 

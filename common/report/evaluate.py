@@ -198,15 +198,14 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 
 def fold_blend(
-    output_dir: Path, run_dir: Path, fold_index: int, data: Dataset, config: EvaluateConfig
+    run_dir: Path, fold: Fold, data: Dataset, config: EvaluateConfig
 ) -> tuple[BlendChoice | None, str]:
     """The fold's blend weight, chosen on its inner split (common.report.blend)."""
-    summary = stream_summary(run_dir, fold_index)
-    fold = Fold.load(output_dir, fold_index)
+    summary = stream_summary(run_dir, fold.index)
     cut_row = data.arrays.offsets[:-1] + fold.user_cut
     return choose_fold_blend(
         run_dir,
-        fold_index,
+        fold.index,
         data,
         cut_row,
         summary.get("checkpoint_epoch"),
@@ -233,11 +232,10 @@ def scored_rows(
     features = config.features if config.feature_baseline else None
     frames, blends, no_blend = [], {}, []
     for k in folds:
-        fold_rows = load_fold_rows(
-            output_dir, folder, k, data, config.baselines, features, config.seed
-        )
+        fold = Fold.load(output_dir, k)  # read and fingerprinted once
+        fold_rows = load_fold_rows(fold, folder, data, config.baselines, features, config.seed)
         if features is not None:
-            choice, reason = fold_blend(output_dir, folder, k, data, config)
+            choice, reason = fold_blend(folder, fold, data, config)
             if choice is None:
                 no_blend.append(reason)
             else:

@@ -50,9 +50,8 @@ def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.nda
 
 
 def load_fold_rows(
-    output_dir: Path,
+    fold: Fold,
     run_dir: Path,
-    fold_index: int,
     data: Dataset,
     baselines: BaselineConfig,
     features: FeatureBaselineConfig | None = None,
@@ -60,9 +59,9 @@ def load_fold_rows(
 ) -> pd.DataFrame:
     """One fold's streamed question rows with labels from the data arrays, the slice
     keys and the baselines (the boosted-features one unless `features` is None, fitted
-    on the fold's training rows); the data and folds from output_dir, the predictions from
-    the run's folder. Raises if the predictions file does not match the fold."""
-    path, fold, predictions = _read_predictions(output_dir, run_dir, fold_index)
+    on the fold's training rows); the predictions from the run's folder. Raises if the
+    predictions file does not match `fold` (as Fold.load read it)."""
+    path, predictions = _read_predictions(run_dir, fold)
     arrays, sequences = data.arrays, data.sequences
     global_row = predictions["global_row"].to_numpy().astype(np.int64)
     entries = _question_entries(path, sequences, global_row)
@@ -85,7 +84,7 @@ def load_fold_rows(
 
     rows = pd.DataFrame(
         {
-            "fold": fold_index,
+            "fold": fold.index,
             "row_id": predictions["row_id"].to_numpy(),
             "global_row": global_row,
             "user_id": np.asarray(arrays.users)[student],
@@ -105,21 +104,17 @@ def load_fold_rows(
     return rows
 
 
-def _read_predictions(
-    output_dir: Path, run_dir: Path, fold_index: int
-) -> tuple[Path, Fold, pd.DataFrame]:
-    """(path, fold, rows) of a fold's stream predictions: the fold as 02 wrote it, checked
-    against the fingerprint 04 recorded, and the file's rows, checked for the
-    PREDICTION_COLUMNS."""
-    path = fold_dir(run_dir, fold_index) / STREAM_PREDICTIONS
-    summary = stream_summary(run_dir, fold_index)
-    fold = Fold.load(output_dir, fold_index)
+def _read_predictions(run_dir: Path, fold: Fold) -> tuple[Path, pd.DataFrame]:
+    """(path, rows) of a fold's stream predictions: `fold` checked against the
+    fingerprint 04 recorded, and the file's rows, checked for the PREDICTION_COLUMNS."""
+    path = fold_dir(run_dir, fold.index) / STREAM_PREDICTIONS
+    summary = stream_summary(run_dir, fold.index)
     check_fold_fingerprint(summary.get("fold_fingerprint"), fold, str(path))
     predictions = pd.read_parquet(path)
     missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
     if missing:
         raise ValueError(f"{path}: columns {missing} missing; found {list(predictions.columns)}")
-    return path, fold, predictions
+    return path, predictions
 
 
 def _question_entries(
