@@ -33,8 +33,8 @@ from bench.benchlib import (
     script,
 )
 from bench.fold_run import FoldRun, train_and_stream
-from common.report.blend import BLEND
-from common.report.feature_baseline import FEATURE_BASELINE
+from common.model.blending import BLEND
+from common.model.boosting import FEATURE_BASELINE
 from common.tables import markdown_table
 
 DEMO_USERS, DEMO_SEED = 2000, 0

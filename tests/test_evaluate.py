@@ -30,10 +30,10 @@ from common.metrics import (
     score_metrics,
     threshold_metrics,
 )
-from common.report import blend
+from common.model import blending as blend
+from common.model.boosting import FeatureBaselineConfig
 from common.report.baselines import revealed_history, student_question_blend
 from common.report.evaluate import EvaluateConfig, evaluate, slice_table
-from common.report.feature_baseline import FeatureBaselineConfig
 from common.report.scored_rows import container_sizes, selection_note
 from common.stream.emulator import Emulator
 from tests.helpers import RUN, fold0, run_folder

@@ -15,7 +15,7 @@ from common.data.past_features import (
     question_skills,
 )
 from common.data.question_rates import question_rates
-from common.report.feature_baseline import FeatureBaselineConfig, training_matrix
+from common.model.boosting import FeatureBaselineConfig, training_matrix
 from tests.helpers import preprocess_real_rows
 
 

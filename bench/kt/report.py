@@ -18,9 +18,9 @@ import pandas as pd
 
 from bench.benchlib import bench_run, relative, shown
 from bench.kt.plans import BASELINES_ONLY, Context, DatasetPlan
+from common.model.blending import BLEND
+from common.model.boosting import FEATURE_BASELINE
 from common.report.baselines import BASELINE_NAMES
-from common.report.blend import BLEND
-from common.report.feature_baseline import FEATURE_BASELINE
 from common.tables import markdown_table
 
 BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)

@@ -1,7 +1,7 @@
 """05_evaluate.py's logic: score every fold's streamed predictions, compare them with
-three baselines (common/report/baselines.py, common/report/feature_baseline.py) and, on
+three baselines (common/report/baselines.py, common/model/boosting.py) and, on
 demo data, with the true probabilities, score the model's blend with the boosted features
-(common/report/blend.py), and write a report with tables and figures.
+(common/model/blending.py), and write a report with tables and figures.
 
 Inputs (under --output-dir): data/ (01), folds/ (02), and in the run's folder (runs/NAME/)
 fold{k}/history.csv, config.json (03) and fold{k}/stream_predictions.parquet (04);
@@ -36,11 +36,11 @@ from common.data.fold_data import Fold
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.layout import REPORT_FILE, REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir, run_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
+from common.model.blending import BLEND, BlendChoice, choose_fold_blend, logit_blend
+from common.model.boosting import FEATURE_BASELINE, FeatureBaselineConfig
 from common.options import option, progress_option
 from common.report import plots
 from common.report.baselines import BASELINE_NAMES, BaselineConfig
-from common.report.blend import BLEND, BlendChoice, choose_fold_blend, logit_blend
-from common.report.feature_baseline import FEATURE_BASELINE, FeatureBaselineConfig
 from common.report.render import POOLED, metrics_markdown, report_markdown, slices_markdown
 from common.report.scored_rows import (
     MODEL,
@@ -200,7 +200,7 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
 def fold_blend(
     run_dir: Path, fold: Fold, data: Dataset, config: EvaluateConfig
 ) -> tuple[BlendChoice | None, str]:
-    """The fold's blend weight, chosen on its inner split (common.report.blend)."""
+    """The fold's blend weight, chosen on its inner split (common.model.blending)."""
     summary = stream_summary(run_dir, fold.index)
     cut_row = data.arrays.offsets[:-1] + fold.user_cut
     return choose_fold_blend(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from common.report.blend import BLEND
+from common.model.blending import BLEND
 from common.report.scored_rows import MODEL, ORACLE
 from common.runs.folders import commit
 from common.runs.provenance import provenance_markdown

@@ -1,7 +1,7 @@
 """05's input: every fold's streamed question rows (04's stream_predictions.parquet),
 checked against stage 1's data and the fold (each streamed question row once, labels and
 ids as in the data, probabilities), with the keys of 05's slices, the baselines' scores
-(common.report.baselines, common.report.feature_baseline) and, on demo data, the true probability as
+(common.report.baselines, common.model.boosting) and, on demo data, the true probability as
 the oracle."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from common.data.past_features import question_skills
 from common.data.question_rates import training_entries
 from common.data.schema import QUESTION
 from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, folds_holding
-from common.report.baselines import BaselineConfig, baseline_scores
-from common.report.feature_baseline import (
+from common.model.boosting import (
     FEATURE_BASELINE,
     FeatureBaselineConfig,
     fit_feature_baseline,
     score_feature_baseline,
 )
+from common.report.baselines import BaselineConfig, baseline_scores
 
 MODEL = "model"
 ORACLE = "oracle"

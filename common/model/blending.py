@@ -22,7 +22,7 @@ from common.data.past_features import question_skills
 from common.data.question_rates import training_entries
 from common.layout import INNER_PREDICTIONS, fold_dir
 from common.metrics import auc_or_nan
-from common.report.feature_baseline import (
+from common.model.boosting import (
     FeatureBaselineConfig,
     fit_feature_baseline,
     score_feature_baseline,
