@@ -1,7 +1,7 @@
 """Past-event features of a question row, as a Kaggler would feed gradient-boosted trees:
-computed for many rows at once (batch, from common.data.features.QuestionSequences) and one
-task container at a time as the API serves them (PastFeatureState). The two are tested
-equal.
+computed here for many rows at once (from common.data.features.QuestionSequences), and one
+API group at a time as the API serves them by common.data.past_state.PastFeatureState. The
+two are tested equal.
 
 Everything a row's features read is known when the API asks for the row: the student's
 questions in EARLIER task containers (their outcomes arrive with the next group, their
@@ -33,12 +33,9 @@ Per row (NaN where a value is undefined, e.g. a rate over no answers):
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from common.data.features import QuestionSequences, elapsed_bucket, explanation_code
+from common.data.features import QuestionSequences
 from common.data.question_rates import QuestionRates
 
 RECENT = 10
@@ -277,149 +274,3 @@ def question_count(rates: QuestionRates, question: np.ndarray) -> np.ndarray:
     question = np.asarray(question, dtype=np.int64)
     inside = (question >= 0) & (question < len(rates.count))
     return np.where(inside, rates.count[np.where(inside, question, 0)], 0).astype(np.float64)
-
-
-# ---------------------------------------------------------------------------------------
-# online: one task container at a time, as the API serves them
-
-
-@dataclass
-class _Counts:
-    answered: int = 0
-    correct: int = 0
-    last: float = np.nan  # latest outcome
-    seen_at: float = np.nan  # timestamp (ms) of the latest answer
-
-
-@dataclass
-class _Student:
-    total: _Counts = field(default_factory=_Counts)
-    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))
-    first_time: float = np.nan
-    previous_time: float = np.nan
-    explained: int = 0
-    explanation_known: int = 0
-    elapsed_sum: float = 0.0
-    elapsed_count: int = 0
-    previous_elapsed: float = np.nan
-    parts: dict = field(default_factory=dict)
-    skills: dict = field(default_factory=dict)
-    questions: dict = field(default_factory=dict)
-    # the latest container: (questions, timestamp) and its outcomes once revealed
-    pending: tuple | None = None
-    pending_outcomes: np.ndarray | None = None
-
-
-class PastFeatureState:
-    """Every student's past events, updated as the API serves them: `features` for a
-    student's new task container (it first files the student's previous container,
-    whose outcomes `reveal` gave and whose elapsed time and explanation flag arrive on
-    this container's first row), then `reveal` once its outcomes are known."""
-
-    def __init__(self, parts: np.ndarray, skill: np.ndarray, rates: QuestionRates):
-        self.parts, self.skill, self.rates = np.asarray(parts), np.asarray(skill), rates
-        self.students: dict[int, _Student] = {}
-
-    def _lookup(self, table: np.ndarray, question: int, missing: int) -> int:
-        return int(table[question]) if 0 <= question < len(table) else missing
-
-    def features(
-        self,
-        user: int,
-        questions: np.ndarray,
-        timestamp: int,
-        prior_elapsed_ms: float,
-        prior_explanation: int,
-    ) -> np.ndarray:
-        """(len(questions), len(FEATURE_NAMES)) features of a container's questions.
-        prior_elapsed_ms (NaN: unknown) and prior_explanation (-1 blank, 0, 1) are the
-        container's first question row's prior_question_* fields."""
-        state = self.students.setdefault(int(user), _Student())
-        if state.pending is not None:
-            self._file(state, prior_elapsed_ms, prior_explanation)
-        questions = np.asarray(questions, dtype=np.int64)
-        rows = [self._row(state, int(q), float(timestamp), len(questions)) for q in questions]
-        if np.isnan(state.first_time):
-            state.first_time = float(timestamp)
-        state.pending, state.pending_outcomes = (questions, float(timestamp)), None
-        return np.array(rows, dtype=np.float64).reshape(len(questions), len(FEATURE_NAMES))
-
-    def reveal(self, user: int, outcomes: np.ndarray) -> None:
-        """The outcomes (0/1) of the student's latest container, in its question order."""
-        state = self.students[int(user)]
-        if state.pending is None or len(outcomes) != len(state.pending[0]):
-            raise ValueError(f"user {user}: outcomes do not match the latest container")
-        state.pending_outcomes = np.asarray(outcomes, dtype=np.int64)
-
-    def _file(self, state: _Student, prior_elapsed_ms: float, prior_explanation: int) -> None:
-        (questions, timestamp), outcomes = state.pending, state.pending_outcomes
-        if outcomes is None:
-            raise ValueError("a student's next container arrived before the outcomes of the last")
-        bucket = elapsed_bucket(np.array([prior_elapsed_ms]))
-        elapsed = float(_elapsed_seconds(bucket)[0])
-        code = int(explanation_code(np.array([prior_explanation]))[0])
-        for question, outcome in zip(questions.tolist(), outcomes.tolist(), strict=True):
-            part = self._lookup(self.parts, question, -1)
-            skill = self._lookup(self.skill, question, -1)
-            keyed = [
-                state.total,
-                state.parts.setdefault(part, _Counts()),
-                state.skills.setdefault(skill, _Counts()),
-                state.questions.setdefault(question, _Counts()),
-            ]
-            for counts in keyed:
-                counts.answered += 1
-                counts.correct += outcome
-                counts.last, counts.seen_at = float(outcome), timestamp
-            state.recent.append(outcome)
-            state.explained += code == EXPLAINED
-            state.explanation_known += code > 0
-            if not np.isnan(elapsed):
-                state.elapsed_sum += elapsed
-                state.elapsed_count += 1
-        state.previous_time, state.previous_elapsed = timestamp, elapsed
-        state.pending = state.pending_outcomes = None
-
-    def _row(self, state: _Student, question: int, timestamp: float, size: int) -> list:
-        total = state.total
-        part = self._lookup(self.parts, question, -1)
-        skill = self._lookup(self.skill, question, -1)
-        on_part = state.parts.get(part, _Counts())
-        on_skill = state.skills.get(skill, _Counts())
-        on_question = state.questions.get(question, _Counts())
-        answered = total.answered > 0
-        values = {
-            "answered": total.answered,
-            "correct_rate": _scalar_ratio(total.correct, total.answered),
-            "recent_rate": _scalar_ratio(sum(state.recent), len(state.recent)),
-            "last_correct": total.last,
-            "seconds_since_previous": (timestamp - state.previous_time) / 1000.0
-            if answered
-            else np.nan,
-            "seconds_since_first": 0.0
-            if np.isnan(state.first_time)
-            else (timestamp - state.first_time) / 1000.0,
-            "container_size": size,
-            "part": part,
-            "part_answered": on_part.answered,
-            "part_correct_rate": _scalar_ratio(on_part.correct, on_part.answered),
-            "skill_answered": on_skill.answered if skill >= 0 else np.nan,
-            "skill_correct_rate": _scalar_ratio(on_skill.correct, on_skill.answered)
-            if skill >= 0
-            else np.nan,
-            "skill_last_correct": on_skill.last if skill >= 0 else np.nan,
-            "question_attempts": on_question.answered,
-            "question_correct_rate": _scalar_ratio(on_question.correct, on_question.answered),
-            "question_last_correct": on_question.last,
-            "seconds_since_question": (timestamp - on_question.seen_at) / 1000.0,
-            "question_rate": float(self.rates(np.array([question]))[0]),
-            "question_count": float(question_count(self.rates, np.array([question]))[0]),
-            "explanation_rate": _scalar_ratio(state.explained, state.explanation_known),
-            "mean_elapsed": _scalar_ratio(state.elapsed_sum, state.elapsed_count),
-            "previous_elapsed": state.previous_elapsed if answered else np.nan,
-        }
-        return [values[name] for name in FEATURE_NAMES]
-
-
-def _scalar_ratio(top: float, bottom: float) -> float:
-    return top / bottom if bottom > 0 else np.nan
