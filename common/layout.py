@@ -49,6 +49,15 @@ INNER_PREDICTIONS = "inner_predictions.parquet"
 # (row_id, answered_correctly); only the Kaggle notebook writes a submission.csv
 VALIDATION_PREDICTIONS = "validation_predictions.csv"
 CONFIG_FILE = "config.json"  # in fold{k}/ and full/: the run's config, --config reads it back
+# in fold{k}/ and full/, written by 04 beside the checkpoint it streams (and shipped with it
+# in the Kaggle bundle's <model>/): the boosted trees over past-event features, the inputs
+# their features read (the question-rate table, each question's skill), the blend's weight
+# and how it was chosen; and the trees' permutation importance on the inner split
+TREES_FILE = "trees.npz"
+TREE_INPUTS_FILE = "tree_inputs.npz"
+BLEND_FILE = "blend.json"
+TREE_IMPORTANCE = "tree_importance.csv"
+FEATURE_SNAPSHOT_FILE = "features.npz"  # in the dataset's state/: every student's history
 
 
 def data_dir(output_dir: str | Path) -> Path:

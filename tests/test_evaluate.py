@@ -485,10 +485,13 @@ def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
 
     monkeypatch.setattr(blend, "fit_feature_baseline", spy)
     choose = lambda epoch: blend.choose_fold_blend(  # noqa: E731
-        run_folder(tiny_run), 0, data, cut_row, epoch, 20.0, FeatureBaselineConfig(), 0
+        run_folder(tiny_run), fold, data, epoch, FeatureBaselineConfig()
     )
     choice, reason = choose(3)
     assert reason == "" and choice.inner_rows > 100
+    # the trees' permutation importance on those inner rows, largest first
+    drops = [mean for mean, _ in choice.importance.values()]
+    assert len(drops) > 10 and drops == sorted(drops, reverse=True) and drops[0] > 0
     inner = pd.read_parquet(fold_dir(run_folder(tiny_run), 0) / INNER_PREDICTIONS)
     entries = np.searchsorted(data.sequences.row, inner["global_row"].to_numpy())
     train = fitted_on[0]

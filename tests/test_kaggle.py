@@ -19,8 +19,21 @@ import pandas as pd
 import pytest
 import torch
 
-from common.layout import PARTS_FILE, SNAPSHOT_FILE
+from common.data.dataset import Dataset
+from common.data.fold_data import Fold, load_fold_data
+from common.data.past_features import question_skills
+from common.data.past_state import build_feature_snapshot
+from common.layout import FEATURE_SNAPSHOT_FILE, SNAPSHOT_FILE
+from common.model.blend_bundle import BlendBundle
+from common.model.blending import BLEND
+from common.model.boosting import FEATURE_BASELINE, FeatureBaselineConfig, fit_feature_baseline
 from common.model.checkpoint import save_model
+from common.model.saint import ModelConfig
+from common.model.trees import logit_blend
+from common.report.baselines import BaselineConfig
+from common.report.scored_rows import MODEL, load_fold_rows
+from common.stream.blend_state import BlendState
+from common.stream.emulator import Emulator, EmulatorConfig
 from common.stream.kaggle_export import (
     NOTEBOOK_FILE,
     KaggleIds,
@@ -28,9 +41,17 @@ from common.stream.kaggle_export import (
     export_kaggle,
     kernel_metadata,
 )
-from common.stream.kaggle_notebook import COMPETITION, ApiNotFound, import_api
-from common.stream.online import OnlineState, Snapshot
-from tests.helpers import REPO, preprocess_real_rows, run_numbered_script, shared_file
+from common.stream.kaggle_notebook import COMPETITION, ApiNotFound, bundle_state, import_api
+from common.stream.online import build_snapshot
+from tests.helpers import (
+    REPO,
+    RUN,
+    make_tiny_demo,
+    preprocess_real_rows,
+    run_folder,
+    run_numbered_script,
+    shared_file,
+)
 from tests.test_stream import random_model
 
 CPU = torch.device("cpu")
@@ -152,14 +173,30 @@ def example_stream(train: pd.DataFrame) -> pd.DataFrame:
     return example.reset_index(drop=True)
 
 
+def fit_blend(output_dir: Path, folder: Path, weight: float) -> BlendBundle:
+    """Trees fitted on every question row of output_dir's data, with the model's `weight`
+    in the blend, written into `folder` beside a checkpoint (as 04 writes them)."""
+    data = Dataset.load(output_dir)
+    skill = question_skills(data.questions, data.n_questions)
+    every = np.ones(len(data.sequences.row), dtype=bool)
+    fitted = fit_feature_baseline(
+        data.sequences, every, skill, data.n_questions, 20.0, FeatureBaselineConfig()
+    )
+    bundle = BlendBundle(fitted.trees, fitted.rates, skill, weight, {"chosen_on": "a test"})
+    bundle.save(folder)
+    return bundle
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """A random model over real students' rows, exported; with the stream it will see."""
+    """A random model over real students' rows, and trees fitted on them, exported; with
+    the stream it will see."""
     tmp = tmp_path_factory.mktemp("kaggle")
     output_dir, _, _ = preprocess_real_rows(tmp, "train_strict_format_5users.csv")
     model = random_model(13523)
     checkpoint = tmp / "fold0" / "best.pt"
     save_model(checkpoint, model, epoch=3)
+    fit_blend(output_dir, checkpoint.parent, weight=0.5)
     dataset, kernel = export_kaggle(
         output_dir, checkpoint, "fold0", tmp / "kaggle", KaggleIds(DATASET_ID)
     )
@@ -170,10 +207,10 @@ def exported(tmp_path_factory):
 
 
 def local_predictions(exported, stream: pd.DataFrame | None = None) -> pd.Series:
-    """The stream through this repository's online state, from the exported state."""
-    state_dir = exported["dataset"] / "state"
-    snapshot = Snapshot.load(state_dir / SNAPSHOT_FILE)
-    state = OnlineState(exported["model"], np.load(state_dir / PARTS_FILE), CPU, snapshot)
+    """The stream through this repository's state for the bundle (the model's and the
+    trees' features side by side), from the exported state."""
+    state = bundle_state(exported["dataset"], "fold0", exported["model"], CPU, 4096, 10**12)
+    assert isinstance(state, BlendState)
     predicted = {}
     stream = pd.read_csv(exported["stream"]) if stream is None else stream
     for _, frame in stream.groupby("group_num"):
@@ -227,9 +264,12 @@ def test_bundle_code_needs_nothing_newer_than_python_37(exported):
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def run_cell(exported, tmp_path: Path, python: str, hide_newer_torch: bool) -> pd.Series:
+def run_cell(
+    exported, tmp_path: Path, python: str, hide_newer_torch: bool, groups: int = 4
+) -> pd.Series:
     """The notebook's cell in a fresh process: /kaggle/input holds the dataset and the
-    competition's folder (with the stand-in API), the working directory is empty."""
+    competition's folder (with the stand-in API serving exported["stream"], a test file of
+    `groups` groups), the working directory is empty. Returns submission.csv."""
     kaggle_input = tmp_path / "kaggle" / "input"
     shutil.copytree(exported["dataset"], kaggle_input / "riiid-saint")
     api = kaggle_input / COMPETITION / "riiideducation"
@@ -260,7 +300,8 @@ def run_cell(exported, tmp_path: Path, python: str, hide_newer_torch: bool) -> p
     bundle_code = str(kaggle_input / "riiid-saint" / "code")
     assert loaded and all(path.startswith(bundle_code) for path in loaded.values()), loaded
     summary = json.loads(done.stdout.splitlines()[-2])
-    assert summary["groups"] == 4 and summary["state_bytes"]["max_bytes"] == 9e9
+    assert summary["groups"] == groups and summary["state_bytes"]["max_bytes"] == 9e9
+    assert summary["submits"] == "blend" and summary["state_bytes"]["feature_state"] > 0
     submission = pd.read_csv(working / "submission.csv")
     return submission.set_index("row_id")["answered_correctly"]
 
@@ -283,14 +324,9 @@ def test_the_cell_runs_alone_with_newer_torch_apis_hidden(exported, tmp_path):
 def test_the_cell_runs_in_the_competitions_2020_environment(exported, tmp_path):
     """Python 3.7, torch 1.7.0, pandas 1.1.5, numpy 1.19.5: the Kaggle image of the
     competition, where its compiled riiideducation imports."""
-    if not KAGGLE2020_PYTHON.exists():
-        message = f"{KAGGLE2020_PYTHON} is missing: run scripts/setup_kaggle2020_env.sh"
-        if REQUIRE_KAGGLE2020:
-            pytest.fail(message)
-        pytest.skip(message)
     version = subprocess.run(
         [
-            str(KAGGLE2020_PYTHON),
+            require_kaggle2020(),
             "-c",
             "import sys, torch; print(sys.version[:3], torch.__version__)",
         ],
@@ -300,6 +336,86 @@ def test_the_cell_runs_in_the_competitions_2020_environment(exported, tmp_path):
     assert version == ["3.7", "1.7.0"], version
     submitted = run_cell(exported, tmp_path, str(KAGGLE2020_PYTHON), hide_newer_torch=False)
     compare_with_local(exported, submitted)
+
+
+def require_kaggle2020() -> str:
+    """The competition's Python 3.7 / torch 1.7 interpreter (skipped without it, except
+    in CI)."""
+    if not KAGGLE2020_PYTHON.exists():
+        message = f"{KAGGLE2020_PYTHON} is missing: run scripts/setup_kaggle2020_env.sh"
+        if REQUIRE_KAGGLE2020:
+            pytest.fail(message)
+        pytest.skip(message)
+    return str(KAGGLE2020_PYTHON)
+
+
+@pytest.fixture(scope="module")
+def fold_export(tmp_path_factory):
+    """A tiny model trained on a demo's fold 0 (03), the fold streamed by 04 with the
+    trees and blend it fits (and its Kaggle export), the fold's stream as a test file of
+    the competition's format, and 05's scored rows of the fold (its blend included)."""
+    tmp = tmp_path_factory.mktemp("fold-export")
+    out = make_tiny_demo(tmp, users=120, questions=100)
+    tiny = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)
+    flags = ("--output-dir", out, "--run", RUN, "--fold", 0, "--no-progress", "--device", "cpu")
+    for script, *extra in (
+        ("03_train.py", *tiny, "--epochs", 2, "--warmup", 5),
+        ("04_infer.py", "--kaggle-dir", tmp / "kaggle", "--kaggle-dataset-id", DATASET_ID),
+    ):
+        done = run_numbered_script(script, *flags, *extra)
+        assert done.returncode == 0, done.stdout + done.stderr
+    dataset = tmp / "kaggle" / "dataset"
+    fold_start_state(out, dataset)
+    data, fold = Dataset.load(out), Fold.load(out, 0)
+    rows = load_fold_rows(fold, run_folder(out), data, BaselineConfig())
+    stream = tmp / "fold_stream.csv"
+    served_stream(data, fold).to_csv(stream, index=False)
+    kernel = tmp / "kaggle" / "kernel"
+    return {"dataset": dataset, "kernel": kernel, "stream": stream, "rows": rows}
+
+
+def fold_start_state(out: Path, dataset: Path) -> None:
+    """The bundle's state as it stands where fold 0's stream starts (every student's
+    training questions), not after every row of the data as for the hidden test."""
+    data = load_fold_data(out, 0)
+    users = Dataset.load(out).arrays.users
+    checkpoint = torch.load(dataset / "fold0" / "best.pt", weights_only=False)
+    receptive = ModelConfig.from_dict(checkpoint["model_config"]).receptive_field
+    state = dataset / "state"
+    build_snapshot(data.sequences, users, data.train_length, receptive).save(state / SNAPSHOT_FILE)
+    build_feature_snapshot(data.sequences, users, data.train_length).save(
+        state / FEATURE_SNAPSHOT_FILE
+    )
+
+
+def served_stream(data: Dataset, fold: Fold) -> pd.DataFrame:
+    """Fold `fold`'s stream as 04 served it (the same groups), as a test file: the
+    groups' rows with group_num and the prior_group_* lists on each group's first row."""
+    env = Emulator.from_fold(data.arrays, fold, EmulatorConfig())
+    frames = []
+    for test_df, sample in env.iter_test():
+        frames.append(test_df.reset_index())
+        env.predict(sample)
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.slow
+def test_the_cell_submits_05s_blend_on_a_folds_stream(fold_export, tmp_path):
+    """In the competition's 2020 stack, the notebook streams fold 0's rows through the
+    API with the exported model, trees and weight, its features kept online; what it
+    submits equals 05's blend of those rows (trees scored from the batch features, the
+    weight 04 chose on the inner split) to 1e-6."""
+    groups = pd.read_csv(fold_export["stream"])["group_num"].nunique()
+    submitted = run_cell(fold_export, tmp_path, require_kaggle2020(), False, groups)
+    blend = fold_export["rows"].set_index("row_id")[BLEND]
+    assert sorted(submitted.index) == sorted(blend.index) and len(blend) > 1_000
+    np.testing.assert_allclose(submitted[blend.index].to_numpy(), blend.to_numpy(), atol=1e-6)
+    rows = fold_export["rows"].set_index("row_id")
+    assert np.abs(submitted[rows.index].to_numpy() - rows[MODEL].to_numpy()).max() > 1e-3
+    # the weight 04 chose on the inner split, the model's probabilities and the trees'
+    weight = json.loads((fold_export["dataset"] / "fold0" / "blend.json").read_text())["weight"]
+    expected = logit_blend(rows[MODEL].to_numpy(), rows[FEATURE_BASELINE].to_numpy(), weight)
+    np.testing.assert_allclose(submitted[rows.index].to_numpy(), expected, atol=1e-6)
 
 
 def test_the_api_is_looked_for_in_the_competitions_folder(tmp_path, monkeypatch):

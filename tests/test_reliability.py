@@ -541,7 +541,7 @@ INFER_CASES = [
     InferCase("checkpoint of another fold", edit_checkpoint(lambda c: c["fold_fingerprint"].update(fold=1)), (), ("best.pt was made for fold 1, asked for fold 0",)),
     InferCase("checkpoint of other folds", edit_checkpoint(lambda c: c["fold_fingerprint"].update(sha256="0123456789abcdef")), (), ("best.pt was made for fold 0 of other folds (fingerprint 0123456789abcdef", "than", "fold0.npz on disk (fingerprint ")),
     InferCase("checkpoint without a fold fingerprint", edit_checkpoint(lambda c: c.pop("fold_fingerprint")), (), ("best.pt records no fold fingerprint",)),
-    InferCase("state over its memory budget", no_change, ("--max-state-memory", "0.0001"), ("a state budget of 0.0001 GB leaves room for", "caches of", "raise the budget (--max-state-memory)")),
+    InferCase("state over its memory budget", no_change, ("--max-state-memory", "0.0001"), ("a state budget of 0.0001 GB (", "feature state) leaves room for", "caches of", "raise the budget (--max-state-memory)")),
 ]
 # fmt: on
 
@@ -821,4 +821,25 @@ def test_every_stage_records_its_run(demo, streamed, tmp_path):
             assert versions.get(key), f"{stage}: no {key} in {path}"
     summary = json.loads((fold0(streamed) / "stream_summary.json").read_text())
     state = summary["state_bytes"]
-    assert state["total"] == state["student_state"] + state["cache_pool"] > 0
+    features = state.get("feature_state", 0)  # 04 streams the trees' features too
+    assert features > 0
+    assert state["total"] == state["student_state"] + state["cache_pool"] + features
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("column", ["trees_prediction", "prediction"])
+def test_a_stream_whose_blend_parts_disagree_with_the_batch_is_refused(
+    demo, streamed, tmp_path, column
+):
+    """05 scores 04's trees again from the batch past-event features (not the online
+    state 04 streamed with) and blends them with the streamed model: a streamed tree or
+    blend probability 1e-4 away from that refuses the file, naming the column."""
+    out = fresh_run(demo, tmp_path / "run", fold0(streamed))
+    path = fold0(out) / "stream_predictions.parquet"
+    rows = pd.read_parquet(path)
+    assert {"model_prediction", "trees_prediction"} <= set(rows.columns)
+    run_evaluate(tmp_path / "as_streamed", demo, out)  # agrees as 04 wrote it
+    rows.loc[7, column] += 1e-4
+    rows.to_parquet(path, index=False)
+    with pytest.raises(ValueError, match=f"column '{column}' is 0.0001 from 05's batch"):
+        run_evaluate(out, demo, out)

@@ -313,7 +313,10 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
     assert trained["commit"].notna().all() and (trained["best_epoch"].astype(int) == 1).all()
     report = table[table["stage"] == "evaluate"].iloc[0]
     summary = json.loads((a / "report" / "summary.json").read_text())
-    assert report["stream_auc"] == pytest.approx(summary["auc"], abs=1e-6)
+    # what the run submits (04 streamed the blend), its fold spread, and the model alone
+    assert summary["submitted"] == "blend: model + boosted features"
+    assert report["stream_auc"] == pytest.approx(summary["blend_auc"], abs=1e-6)
+    assert report["model_auc"] == pytest.approx(summary["auc"], abs=1e-6)
     fold_aucs = [
         json.loads((layout.fold_dir(a, k) / "stream_summary.json").read_text())["auc"]
         for k in (0, 1)
@@ -321,7 +324,10 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
     assert report["auc_fold_mean"] == pytest.approx(np.mean(fold_aucs), abs=1e-6)
     assert report["auc_fold_std"] == pytest.approx(np.std(fold_aucs, ddof=1), abs=1e-6)
     listed = run("05_evaluate.py", "--output-dir", out, "--runs").stdout.splitlines()
-    assert listed[1].split()[:2] == [runs[0], "evaluate"]
+    shown = [line.split()[:2] for line in listed[1:]]
+    assert [runs[0], "evaluate"] in shown  # with the streams, best streamed AUC first
+    order = sorted_runs(out)["stream_auc"].dropna().to_numpy()
+    assert len(order) == 4 and (np.diff(order) <= 0).all()
     text = (a / layout.REPORT_FILE).read_text()
     assert text.startswith(f"# Evaluation report: run {runs[0]}")
     assert text.index("## Headline") < text.index("## Run")  # the answer first

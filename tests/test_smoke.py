@@ -3,6 +3,7 @@ own process, on a tiny demo (the one test that launches every stage as a shell w
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,13 @@ import pytest
 
 from common.data.arrays import TrainArrays
 from common.data.fold_data import Fold
+from common.model.trees import logit_blend
 from tests.helpers import RUN, fold0, run_folder, run_numbered_script
+
+
+def blend_weight(fold_dir: Path) -> float:
+    return json.loads((fold_dir / "blend.json").read_text())["weight"]
+
 
 TINY_MODEL = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)
 
@@ -46,8 +53,17 @@ def test_every_stage_from_the_command_line(tmp_path: Path) -> None:
     assert not (run / "kaggle").exists()  # a bundle ships one model: not from a fold list
 
     # out-of-fold predictions: every streamed question row of every fold, once
+    # 04 submits the blend of the model and the trees: its parts are kept beside it
+    assert streamed["prediction"].tolist() == validation["answered_correctly"].tolist()
+    blended = logit_blend(
+        streamed["model_prediction"], streamed["trees_prediction"], blend_weight(fold0(output_dir))
+    )
+    np.testing.assert_allclose(streamed["prediction"], blended, atol=1e-12)
+    assert not np.allclose(streamed["prediction"], streamed["model_prediction"])
     oof = pd.read_parquet(run / "oof.parquet")
-    assert list(oof.columns) == ["row_id", "fold", "prediction", "label"]
+    assert list(oof.columns) == [
+        "row_id", "fold", "prediction", "label", "model_prediction", "trees_prediction"
+    ]  # fmt: skip
     arrays = TrainArrays.load(output_dir / "data")
     row_id, kind = np.asarray(arrays["row_id"]), np.asarray(arrays["content_type_id"])
     expected = []

@@ -16,6 +16,7 @@ from common.data.features import window_inputs
 from common.data.fold_data import load_fold_data, load_full_data
 from common.device import autocast_dtype
 from common.metrics import auc_or_nan
+from common.model.blend_bundle import BlendBundle
 from common.model.checkpoint import load_model, save_checkpoint
 from common.model.predict import to_tensors
 from common.train.plan import batch_bounds, epoch_spans, micro_batch_groups
@@ -170,6 +171,11 @@ def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, t
     data = load_full_data(out)  # every question of every student is a training question
     assert np.array_equal(data.fit_length, data.sequences.lengths())
     assert len(data.fold_tails.students) == 0 and len(data.inner_tails.students) == 0
+    streamed = run_numbered_script(
+        "04_infer.py", "--output-dir", out, "--fold", 0, "--no-export", "--no-progress"
+    )  # fold 0's blend weight, chosen on its inner split
+    assert streamed.returncode == 0, streamed.stderr
+    fold_weight = json.loads((fold0(out) / "blend.json").read_text())["weight"]
     bundle = tmp_path / "bundle"
     flags = ("--output-dir", out, "--full", "--kaggle-dir", bundle, "--no-progress")
     exported = run_numbered_script("04_infer.py", *flags)
@@ -180,6 +186,12 @@ def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, t
     cell = json.loads((bundle / "kernel" / "submission.ipynb").read_text())["cells"][0]
     assert 'run_submission(BUNDLE, model="full")' in "".join(cell["source"])
     assert (dataset / "state" / "snapshot.npz").exists() and not (dataset / "fold0").exists()
+    # the full-data trees, fitted on every question row, with the folds' median weight
+    blend = BlendBundle.load(dataset / "full")
+    assert blend.weight == fold_weight and blend.record["fold_weights"] == {"0": fold_weight}
+    assert blend.record["trees"]["train_rows"] == int(lengths.sum())
+    assert (dataset / "state" / "features.npz").exists()
+    assert f"blend weight {fold_weight:g}" in exported.stdout
 
 
 def test_micro_batch_parts_by_hand():

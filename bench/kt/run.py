@@ -183,7 +183,7 @@ def run_baselines(ctx: Context, plan: DatasetPlan, model_dir: Path, k: int) -> d
     fold = Fold.load(model_dir, k)
     entries = streamed_entries(data, fold)
     config = EvaluateConfig()
-    columns = baseline_columns(data, fold, entries, config.baselines, config.features, config.seed)
+    columns = baseline_columns(data, fold, entries, config.baselines, config.features)
     labels = data.sequences.response[entries]
     scores = {}
     for name, values in columns.items():

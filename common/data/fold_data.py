@@ -186,6 +186,7 @@ class FoldData:
     # of an inner validation split (common.data.fold_data.inner_cut); None: train_length
     fit_length: np.ndarray | None = None
     fingerprint: dict | None = None  # common.data.fold_data.fold_fingerprint
+    fold: Fold | None = None  # the fold on disk (None: the full-data run's)
 
     def __post_init__(self) -> None:
         if self.fit_length is None:
@@ -252,6 +253,7 @@ def load_fold_data(
         questions=questions,
         fit_length=fit_length,
         fingerprint=fold.fingerprint,
+        fold=fold,
     )
 
 

@@ -73,7 +73,8 @@ def question_skills(questions, n_questions: int) -> np.ndarray:
     skill = np.full(n_questions + 1, -1, dtype=np.int64)
     if questions is None or "tags" not in questions.columns:
         return skill
-    for question_id, text in zip(questions["question_id"], questions["tags"], strict=True):
+    pairs = zip(questions["question_id"], questions["tags"])  # noqa: B905 (Python 3.7)
+    for question_id, text in pairs:
         words = str(text).split() if isinstance(text, str) else []
         if words and 0 <= int(question_id) < n_questions:
             skill[int(question_id)] = int(words[0])

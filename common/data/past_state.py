@@ -46,6 +46,11 @@ SLOT_ARRAYS = (  # per student slot: name, dtype, fill
 SLOT_INDEX_BYTES = 128
 
 
+def slot_bytes() -> int:
+    """Bytes a student slot holds besides the history: its arrays and index entry."""
+    return sum(np.dtype(dtype).itemsize for _, dtype, _ in SLOT_ARRAYS) + SLOT_INDEX_BYTES
+
+
 def _ratio(top: float, bottom: float) -> float:
     return top / bottom if bottom > 0 else np.nan
 
@@ -215,7 +220,7 @@ class PastFeatureState:
         """What the state holds: the snapshot's history, the per-slot arrays (for
         `capacity` slots, with their index entries) and the stream's own entries."""
         history = sum(a.nbytes for a in self.base)
-        slots = sum(a.nbytes for a in self.slots.values()) + SLOT_INDEX_BYTES * self.capacity
+        slots = slot_bytes() * self.capacity
         extra = sum(a.nbytes for arrays in self.extra.values() for a in arrays)
         total = history + slots + extra
         return {"history": history, "slots": slots, "stream": extra, "total": total}

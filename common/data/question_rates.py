@@ -11,7 +11,29 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.data.features import QuestionSequences
-from common.metrics import smoothed_rates
+
+
+def smoothed_rates(
+    item: np.ndarray, outcome: np.ndarray, n_items: int, prior: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(rate, count, global_rate) per item id 0..n_items-1: the share of correct outcomes
+    with `prior` pseudo-answers at the global rate added (rate = the global rate where an
+    item has no answers; ids outside the range are left out; global rate 0.5 with no
+    answers at all). The question rate of the difficulty input, the baselines and the
+    trees' features."""
+    if prior < 0:
+        raise ValueError(f"smoothing must be >= 0, got {prior}")
+    item = np.asarray(item, dtype=np.int64)
+    outcome = np.asarray(outcome, dtype=np.float64)
+    known = (item >= 0) & (item < n_items)
+    item, outcome = item[known], outcome[known]
+    count = np.bincount(item, minlength=n_items).astype(np.float64)
+    correct = np.bincount(item, weights=outcome, minlength=n_items)
+    global_rate = float(correct.sum() / count.sum()) if count.sum() else 0.5
+    rate = np.full(n_items, global_rate)
+    seen = count > 0
+    rate[seen] = (correct[seen] + prior * global_rate) / (count[seen] + prior)
+    return rate, count, global_rate
 
 
 @dataclass

@@ -1,44 +1,38 @@
-"""A logit blend of the model and the feature baseline, scored by 05 as an extra row:
-sigmoid(w * logit(model) + (1 - w) * logit(features)), with the weight w chosen per
-fold on the inner validation split only, never on the rows it scores.
+"""The blend 04 streams and submits: sigmoid(w * logit(model) + (1 - w) * logit(trees))
+(common.model.trees.logit_blend), with the model's weight w chosen per fold on the inner
+validation split only, never on the rows it scores; the fold's trees fitted on its
+training rows (fold_blend_bundle), or for the full-data model on every row with the
+median of the folds' weights (full_blend_bundle).
 
 The inner split is the one 03 selects best.pt on (common.data.fold_data.inner_cut): training
 students' questions the model did not train on. 03 writes best.pt's predictions of it
-(layout.INNER_PREDICTIONS); the feature baseline is fitted again on the fold's training
-rows without them and scores them; the weight that gives the best AUC there is applied
-to the scored rows (the model streamed, the baseline fitted on every training row).
+(layout.INNER_PREDICTIONS); the trees are fitted again on the fold's training rows without
+them and score them; the weight that gives the best AUC there is applied to the scored
+rows. There too the trees' permutation importance is measured (05's report plots it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from sklearn.inspection import permutation_importance
 
 from common.data.dataset import Dataset
-from common.data.past_features import question_skills
+from common.data.fold_data import Fold
+from common.data.past_features import FEATURE_NAMES, past_features, question_skills
 from common.data.question_rates import training_entries
-from common.layout import INNER_PREDICTIONS, fold_dir
+from common.layout import BLEND_FILE, INNER_PREDICTIONS, fold_dir, folds_holding
 from common.metrics import auc_or_nan
-from common.model.boosting import (
-    FeatureBaselineConfig,
-    fit_feature_baseline,
-    score_feature_baseline,
-)
+from common.model.blend_bundle import BlendBundle
+from common.model.boosting import FeatureBaselineConfig, FittedBaseline, fit_feature_baseline
+from common.model.trees import logit_blend
 
 BLEND = "blend: model + boosted features"
 WEIGHTS = np.round(np.linspace(0.0, 1.0, 21), 2)  # the model's weight
-EDGE = 1e-6  # probabilities are clipped this far from 0 and 1 before the logit
-
-
-def logit_blend(model: np.ndarray, features: np.ndarray, weight: float) -> np.ndarray:
-    def logit(p):
-        p = np.clip(np.asarray(p, dtype=np.float64), EDGE, 1 - EDGE)
-        return np.log(p) - np.log1p(-p)
-
-    return 1.0 / (1.0 + np.exp(-(weight * logit(model) + (1 - weight) * logit(features))))
 
 
 def choose_weight(labels: np.ndarray, model: np.ndarray, features: np.ndarray) -> float:
@@ -50,7 +44,8 @@ def choose_weight(labels: np.ndarray, model: np.ndarray, features: np.ndarray) -
 
 @dataclass
 class BlendChoice:
-    """A fold's weight and the inner split's AUCs it was chosen on."""
+    """A fold's weight and the inner split's AUCs it was chosen on, with the trees'
+    permutation importance there (the AUC lost when a feature's values are shuffled)."""
 
     weight: float
     epoch: int  # the checkpoint's epoch whose inner predictions chose it
@@ -58,29 +53,29 @@ class BlendChoice:
     inner_auc_model: float
     inner_auc_features: float
     inner_auc_blend: float
+    importance: dict[str, list[float]] = field(default_factory=dict)  # name: [mean, std]
 
 
-def choose_fold_blend(
-    run_dir: Path,
-    fold_index: int,
-    data: Dataset,
-    cut_row: np.ndarray,
-    checkpoint_epoch: int | None,
-    question_prior: float,
-    config: FeatureBaselineConfig,
-    seed: int,
-) -> tuple[BlendChoice | None, str]:
-    """(choice, "") or (None, why there is no blend for this fold)."""
-    path = fold_dir(run_dir, fold_index) / INNER_PREDICTIONS
+def inner_entries(
+    run_dir: Path, fold: Fold, data: Dataset, checkpoint_epoch: int | None
+) -> tuple[np.ndarray | None, np.ndarray | None, str]:
+    """(flat entries of the inner split, best.pt's predictions of them, "") from 03's
+    INNER_PREDICTIONS of the streamed checkpoint; (None, None, why not) without it."""
+    path = fold_dir(run_dir, fold.index) / INNER_PREDICTIONS
     if not path.exists():
-        return None, f"fold {fold_index}: no {INNER_PREDICTIONS} (03 --select-on inner writes it)"
+        return (
+            None,
+            None,
+            f"fold {fold.index}: no {INNER_PREDICTIONS} (03 --select-on inner writes it)",
+        )
     inner = pd.read_parquet(path)
     epochs = set(inner["epoch"].tolist())
     if epochs != {checkpoint_epoch}:
-        return None, (
-            f"fold {fold_index}: {INNER_PREDICTIONS} holds epoch {sorted(epochs)}'s predictions, "
-            f"the streamed checkpoint is epoch {checkpoint_epoch}"
+        why = (
+            f"fold {fold.index}: {INNER_PREDICTIONS} holds epoch {sorted(epochs)}'s "
+            f"predictions, the streamed checkpoint is epoch {checkpoint_epoch}"
         )
+        return None, None, why
     sequences = data.sequences
     global_row = inner["global_row"].to_numpy().astype(np.int64)
     entries = np.searchsorted(sequences.row, global_row)
@@ -88,25 +83,119 @@ def choose_fold_blend(
         sequences.row[np.minimum(entries, len(sequences.row) - 1)], global_row
     ):
         raise ValueError(f"{path}: global_row values that are not question rows of the data")
-    train = training_entries(sequences, cut_row)
-    if not train[entries].all():
+    if not fold_training(data, fold)[entries].all():
         raise ValueError(f"{path}: inner rows outside the fold's training rows")
-    fit = train.copy()
+    return entries, inner["prediction"].to_numpy(dtype=np.float64), ""
+
+
+def fold_training(data: Dataset, fold: Fold) -> np.ndarray:
+    """(n_entries,) bool: the fold's training question rows (before each student's cut)."""
+    return training_entries(data.sequences, data.arrays.offsets[:-1] + fold.user_cut)
+
+
+def choose_fold_blend(
+    run_dir: Path,
+    fold: Fold,
+    data: Dataset,
+    checkpoint_epoch: int | None,
+    config: FeatureBaselineConfig,
+) -> tuple[BlendChoice | None, str]:
+    """(choice, "") or (None, why there is no blend for this fold). The trees are
+    fitted again without the inner rows and score them beside best.pt's predictions."""
+    entries, model, why = inner_entries(run_dir, fold, data, checkpoint_epoch)
+    if entries is None:
+        return None, why
+    fit = fold_training(data, fold)
     fit[entries] = False
     skill = question_skills(data.questions, data.n_questions)
     fitted = fit_feature_baseline(
-        sequences, fit, skill, data.n_questions, question_prior, config, seed
-    )
-    features = score_feature_baseline(fitted, sequences, entries, skill)
-    labels = sequences.response[entries]
-    model = inner["prediction"].to_numpy(dtype=np.float64)
-    weight = choose_weight(labels, model, features)
+        data.sequences, fit, skill, data.n_questions, config.boost_question_prior, config,
+        config.boost_seed,
+    )  # fmt: skip
+    features = past_features(data.sequences, entries, skill, fitted.rates)
+    trees = fitted.trees.probability(features)
+    labels = data.sequences.response[entries]
+    weight = choose_weight(labels, model, trees)
     choice = BlendChoice(
         weight=weight,
         epoch=int(checkpoint_epoch),
         inner_rows=len(entries),
         inner_auc_model=auc_or_nan(labels, model),
-        inner_auc_features=auc_or_nan(labels, features),
-        inner_auc_blend=auc_or_nan(labels, logit_blend(model, features, weight)),
+        inner_auc_features=auc_or_nan(labels, trees),
+        inner_auc_blend=auc_or_nan(labels, logit_blend(model, trees, weight)),
+        importance=tree_importance(fitted, features, labels, config.boost_seed),
     )
     return choice, ""
+
+
+IMPORTANCE_REPEATS = 5  # shuffles per feature
+
+
+def tree_importance(
+    fitted: FittedBaseline, features: np.ndarray, labels: np.ndarray, seed: int
+) -> dict[str, list[float]]:
+    """Each fitted feature's permutation importance on these rows (scikit-learn's
+    permutation_importance, AUC): {name: [mean AUC lost, its std over the shuffles]},
+    largest first."""
+    if len(np.unique(labels)) < 2:
+        return {}
+    found = permutation_importance(
+        fitted.model,
+        features[:, fitted.columns],
+        labels,
+        scoring="roc_auc",
+        n_repeats=IMPORTANCE_REPEATS,
+        random_state=seed,
+    )
+    names = [FEATURE_NAMES[c] for c in fitted.columns]
+    pairs = zip(names, found.importances_mean, found.importances_std, strict=True)
+    ranked = sorted(pairs, key=lambda item: -item[1])
+    return {name: [float(mean), float(std)] for name, mean, std in ranked}
+
+
+def fold_blend_bundle(
+    run_dir: Path, fold: Fold, data: Dataset, checkpoint_epoch: int | None,
+    config: FeatureBaselineConfig,
+) -> BlendBundle:  # fmt: skip
+    """What 04 streams with fold `fold`'s checkpoint: the trees fitted on every training
+    row of the fold and the weight chosen on its inner split (none without one: then the
+    model alone is submitted)."""
+    skill = question_skills(data.questions, data.n_questions)
+    fitted = fit_feature_baseline(
+        data.sequences, fold_training(data, fold), skill, data.n_questions,
+        config.boost_question_prior, config, config.boost_seed,
+    )  # fmt: skip
+    choice, why = choose_fold_blend(run_dir, fold, data, checkpoint_epoch, config)
+    record = {
+        "trees": {"rounds": fitted.rounds, "train_rows": fitted.train_rows},
+        "chosen_on": "the fold's inner split" if choice else None,
+        "choice": asdict(choice) if choice else None,
+        "no_blend": why or None,
+    }
+    weight = choice.weight if choice else None
+    return BlendBundle(fitted.trees, fitted.rates, skill, weight, record)
+
+
+def full_blend_bundle(run_dir: Path, data: Dataset, config: FeatureBaselineConfig) -> BlendBundle:
+    """What 04 --full ships with the full-data model: trees fitted on every question row,
+    and the median of the weights the run's folds chose on their inner splits (none
+    without any: the model alone)."""
+    skill = question_skills(data.questions, data.n_questions)
+    every = np.ones(len(data.sequences.row), dtype=bool)
+    fitted = fit_feature_baseline(
+        data.sequences, every, skill, data.n_questions, config.boost_question_prior, config,
+        config.boost_seed,
+    )  # fmt: skip
+    chosen = {}
+    for k in folds_holding(run_dir, BLEND_FILE):
+        weight = json.loads((fold_dir(run_dir, k) / BLEND_FILE).read_text()).get("weight")
+        if weight is not None:
+            chosen[k] = weight
+    weight = float(np.median(list(chosen.values()))) if chosen else None
+    record = {
+        "trees": {"rounds": fitted.rounds, "train_rows": fitted.train_rows},
+        "chosen_on": f"the median of folds {sorted(chosen)}' weights" if chosen else None,
+        "fold_weights": chosen,
+        "no_blend": None if chosen else "no fold of the run has a blend weight (04 on its folds)",
+    }
+    return BlendBundle(fitted.trees, fitted.rates, skill, weight, record)

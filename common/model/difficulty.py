@@ -39,7 +39,7 @@ import torch
 
 from common.data.features import QuestionSequences
 from common.data.fold_data import FoldData
-from common.metrics import smoothed_rates
+from common.data.question_rates import smoothed_rates
 from common.model.saint import SAINT
 
 DIFFICULTY_SMOOTHING = 10.0  # Beta prior strength in answers; see the module docstring

@@ -36,8 +36,9 @@ from common.data.fold_data import Fold
 from common.files import atomic_file, write_json, write_run_record, write_text
 from common.layout import REPORT_FILE, REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir, run_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
-from common.model.blending import BLEND, BlendChoice, choose_fold_blend, logit_blend
+from common.model.blending import BLEND, BlendChoice, choose_fold_blend
 from common.model.boosting import FEATURE_BASELINE, FeatureBaselineConfig
+from common.model.trees import logit_blend
 from common.options import option, progress_option
 from common.report import plots
 from common.report.baselines import BASELINE_NAMES, BaselineConfig
@@ -80,8 +81,9 @@ class EvaluateConfig:
     progress: bool = progress_option()
     feature_baseline: bool = option(
         True,
-        "fit the boosted-features baseline (gradient-boosted trees over past-event "
-        "features) on each fold's training rows, and blend it with the model",
+        "fit no boosted trees here: the boosted features and the blend are scored only "
+        "where 04 streamed them (by default 05 fits the trees over past-event features on "
+        "the training rows of a fold 04 streamed without them, and blends them)",
     )
     baselines: BaselineConfig = field(default_factory=BaselineConfig)
     features: FeatureBaselineConfig = field(default_factory=FeatureBaselineConfig)
@@ -163,6 +165,8 @@ class Evaluation:
     fold_aucs: list[float]
     auc_fold_mean: float
     auc_fold_std: float | None  # over folds (n - 1); None with one fold
+    # what the run submits, as 04 streamed it: the blend where every fold streamed one
+    submitted: str = MODEL
     blend: dict[int, dict] = field(default_factory=dict)  # fold: BlendChoice as a dict
     no_blend: list[str] = field(default_factory=list)  # why a fold has no blend
     folds: list[int] = field(default_factory=list)
@@ -202,17 +206,17 @@ def fold_blend(
 ) -> tuple[BlendChoice | None, str]:
     """The fold's blend weight, chosen on its inner split (common.model.blending)."""
     summary = stream_summary(run_dir, fold.index)
-    cut_row = data.arrays.offsets[:-1] + fold.user_cut
-    return choose_fold_blend(
-        run_dir,
-        fold.index,
-        data,
-        cut_row,
-        summary.get("checkpoint_epoch"),
-        config.baselines.question_prior,
-        config.features,
-        config.seed,
-    )
+    if summary.get("blend"):  # 04 fitted the trees and chose the weight
+        return streamed_choice(summary)
+    return choose_fold_blend(run_dir, fold, data, summary.get("checkpoint_epoch"), config.features)
+
+
+def streamed_choice(summary: dict) -> tuple[BlendChoice | None, str]:
+    """The choice 04 made (its stream_summary's blend record), or why it made none."""
+    record = summary["blend"]
+    if record.get("choice") is None:
+        return None, record.get("no_blend") or "04 chose no weight"
+    return BlendChoice(**record["choice"]), ""
 
 
 def load_histories(run_dir: Path, folds: list[int]) -> dict[int, pd.DataFrame]:
@@ -233,18 +237,19 @@ def scored_rows(
     frames, blends, no_blend = [], {}, []
     for k in folds:
         fold = Fold.load(output_dir, k)  # read and fingerprinted once
-        fold_rows = load_fold_rows(fold, folder, data, config.baselines, features, config.seed)
-        if features is not None:
+        fold_rows = load_fold_rows(fold, folder, data, config.baselines, features)
+        if features is not None or BLEND in fold_rows:
             choice, reason = fold_blend(folder, fold, data, config)
             if choice is None:
                 no_blend.append(reason)
             else:
                 blends[k] = choice
-                fold_rows[BLEND] = logit_blend(
-                    fold_rows[MODEL].to_numpy(),
-                    fold_rows[FEATURE_BASELINE].to_numpy(),
-                    choice.weight,
-                )
+                if BLEND not in fold_rows:  # 04 streamed none: the blend of 05's trees
+                    fold_rows[BLEND] = logit_blend(
+                        fold_rows[MODEL].to_numpy(),
+                        fold_rows[FEATURE_BASELINE].to_numpy(),
+                        choice.weight,
+                    )
         frames.append(fold_rows)
     if no_blend:  # a blend row over some folds only would not compare with the others
         frames = [frame.drop(columns=[BLEND], errors="ignore") for frame in frames]
@@ -297,8 +302,10 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig, run: str
     histories = load_histories(folder, folds)
     links = write_figures(report_dir, rows, histories, config.calibration_bins)
     summaries = {k: stream_summary(folder, k) for k in folds}
+    streamed_blend = all(v.get("submitted") == "blend" for v in summaries.values())
     head = replace(
         headline(table),
+        submitted=BLEND if streamed_blend and BLEND in set(table["scorer"]) else MODEL,
         blend={k: asdict(choice) for k, choice in blends.items()},
         no_blend=no_blend,
         folds=folds,
@@ -309,16 +316,20 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig, run: str
     provenance = run_provenance(folder, summaries)
     write_text(folder / REPORT_FILE, report_markdown(head, tables, links, config, provenance))
     write_json(report_dir / "summary.json", asdict(head))
-    append_run_row(output_dir, evaluate_row(folder, head, provenance, summaries, begin))
+    row = evaluate_row(folder, head, provenance, summaries, table)
+    append_run_row(output_dir, row | {"wall_s": time.perf_counter() - begin})
     write_run_record(report_dir, "evaluate", asdict(config))
     return head
 
 
 def evaluate_row(
-    folder: Path, head: Evaluation, provenance: dict, summaries: dict, begin: float
+    folder: Path, head: Evaluation, provenance: dict, summaries: dict, table: pd.DataFrame
 ) -> dict:
-    """The report as a row of output/runs.csv: the pooled AUC and the fold spread."""
+    """The report as a row of output/runs.csv: the pooled AUC of what the run submits
+    (the streamed blend, or the model) and its fold spread, and the model's AUC."""
     first = next(iter(provenance["folds"].values()))
+    submitted = table[table["scorer"] == head.submitted]
+    per_fold = submitted[submitted["fold"] != POOLED]["auc"].to_numpy()
     return {
         "run": head.run,
         "stage": "evaluate",
@@ -330,8 +341,8 @@ def evaluate_row(
         "selected_on": ",".join(
             sorted({str(s.get("checkpoint_selected_on") or "by hand") for s in summaries.values()})
         ),
-        "stream_auc": head.auc,
-        "auc_fold_mean": head.auc_fold_mean,
-        "auc_fold_std": head.auc_fold_std,
-        "wall_s": time.perf_counter() - begin,
+        "stream_auc": float(submitted[submitted["fold"] == POOLED]["auc"].iloc[0]),
+        "model_auc": head.auc,
+        "auc_fold_mean": float(np.mean(per_fold)),
+        "auc_fold_std": float(np.std(per_fold, ddof=1)) if len(per_fold) > 1 else None,
     }

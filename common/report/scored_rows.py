@@ -15,10 +15,12 @@ import pandas as pd
 from common.data.dataset import Dataset
 from common.data.features import QuestionSequences
 from common.data.fold_data import Fold, FoldMismatchError, check_fold_fingerprint
-from common.data.past_features import question_skills
+from common.data.past_features import past_features, question_skills
 from common.data.question_rates import training_entries
 from common.data.schema import QUESTION
-from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, fold_dir, folds_holding
+from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, TREES_FILE, fold_dir, folds_holding
+from common.model.blend_bundle import BlendBundle
+from common.model.blending import BLEND
 from common.model.boosting import (
     FEATURE_BASELINE,
     FeatureBaselineConfig,
@@ -55,12 +57,13 @@ def load_fold_rows(
     data: Dataset,
     baselines: BaselineConfig,
     features: FeatureBaselineConfig | None = None,
-    seed: int = 0,
 ) -> pd.DataFrame:
     """One fold's streamed question rows with labels from the data arrays, the slice
-    keys and the baselines (the boosted-features one unless `features` is None, fitted
-    on the fold's training rows); the predictions from the run's folder. Raises if the
-    predictions file does not match `fold` (as Fold.load read it)."""
+    keys and the baselines; the boosted features and the blend 04 streamed, where it did
+    (checked against the batch computation, `streamed_blend`), else, unless `features` is
+    None, trees fitted here on the fold's training rows. The
+    predictions come from the run's folder. Raises if the predictions file does not match
+    `fold` (as Fold.load read it)."""
     path, predictions = _read_predictions(run_dir, fold)
     arrays, sequences = data.arrays, data.sequences
     global_row = predictions["global_row"].to_numpy().astype(np.int64)
@@ -78,7 +81,9 @@ def load_fold_rows(
     for column, values in expected.items():
         if column in predictions.columns:
             _check_agrees(path, column, predictions[column], values)
-    score = predictions["prediction"].to_numpy(dtype=np.float64)
+    # the model's own probabilities (a stream that submitted a blend keeps them apart)
+    column = "model_prediction" if "model_prediction" in predictions else "prediction"
+    score = predictions[column].to_numpy(dtype=np.float64)
     if not np.all((score >= 0) & (score <= 1)):
         raise ValueError(f"{path}: predictions must be probabilities in [0, 1]")
 
@@ -99,9 +104,64 @@ def load_fold_rows(
     )
     if "group_num" in predictions.columns:
         rows["group_num"] = predictions["group_num"].to_numpy()
-    for name, values in baseline_columns(data, fold, entries, baselines, features, seed).items():
+    return _add_baselines(
+        rows, path, run_dir, fold, data, entries, predictions, baselines, features
+    )
+
+
+def _add_baselines(
+    rows, path, run_dir, fold, data, entries, predictions, baselines, features
+) -> pd.DataFrame:
+    """The baselines' columns; the boosted features and the blend 04 streamed, where it
+    did (checked against the batch computation), else the trees fitted here."""
+    streamed = "trees_prediction" in predictions  # what 04 submitted, whatever `features`
+    fitted_here = None if streamed else features
+    for name, values in baseline_columns(data, fold, entries, baselines, fitted_here).items():
         rows[name] = values
+    if streamed:
+        rows[FEATURE_BASELINE], blend = streamed_blend(
+            path, run_dir, fold, data, entries, predictions
+        )
+        if blend is not None:
+            rows[BLEND] = blend
     return rows
+
+
+AGREE = 1e-6  # how far 05's batch scores may be from the streamed ones
+
+
+def streamed_blend(
+    path: Path, run_dir: Path, fold: Fold, data: Dataset, entries: np.ndarray, predictions
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(trees, blend) of a stream that ran with 04's blend bundle: the bundle's trees
+    score the batch past-event features of the streamed rows (common.data.past_features,
+    not the online state 04 streamed with), and the blend is the bundle's weight applied
+    to the streamed model's probabilities. Each must agree with what 04 streamed to
+    AGREE, or the file is refused: the online and batch features, or the predictors,
+    have parted."""
+    bundle = BlendBundle.load(fold_dir(run_dir, fold.index))
+    if bundle is None:
+        raise ValueError(f"{path}: has trees_prediction, but the fold's {TREES_FILE} is gone")
+    features = past_features(data.sequences, entries, bundle.skill, bundle.rates)
+    trees = bundle.trees.probability(features)
+    _check_close(path, "trees_prediction", predictions["trees_prediction"], trees)
+    if bundle.weight is None:
+        return trees, None
+    model = predictions["model_prediction"].to_numpy(dtype=np.float64)
+    blend = bundle.blend(model, trees)
+    _check_close(path, "prediction", predictions["prediction"], blend)
+    return trees, blend
+
+
+def _check_close(path: Path, column: str, streamed: pd.Series, batch: np.ndarray) -> None:
+    gap = np.abs(streamed.to_numpy(dtype=np.float64) - batch)
+    if gap.max(initial=0.0) > AGREE:
+        i = int(np.argmax(gap))
+        raise ValueError(
+            f"{path}: column {column!r} is {gap.max():.3g} from 05's batch computation "
+            f"(row {i}: streamed {streamed.iloc[i]}, batch {batch[i]}); the online and "
+            f"batch past-event features must agree"
+        )
 
 
 def _read_predictions(run_dir: Path, fold: Fold) -> tuple[Path, pd.DataFrame]:
@@ -162,7 +222,6 @@ def baseline_columns(
     entries: np.ndarray,
     baselines: BaselineConfig,
     features: FeatureBaselineConfig | None = None,
-    seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """Every baseline's scores of the flat entries: both of common.report.baselines and, unless
     `features` is None, the boosted features fitted on the fold's training rows."""
@@ -172,8 +231,9 @@ def baseline_columns(
     if features is not None:
         skill = question_skills(data.questions, data.n_questions)
         train = training_entries(sequences, cut_row)
+        prior, seed = features.boost_question_prior, features.boost_seed
         fitted = fit_feature_baseline(
-            sequences, train, skill, data.n_questions, baselines.question_prior, features, seed
+            sequences, train, skill, data.n_questions, prior, features, seed
         )
         scores[FEATURE_BASELINE] = score_feature_baseline(fitted, sequences, entries, skill)
     return scores

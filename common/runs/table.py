@@ -21,12 +21,12 @@ from common.model.saint import preset_name
 COLUMNS = (
     "finished", "run", "stage", "folds", "commit",
     "model", "d_model", "layers", "heads", "window", "epochs", "lr", "batch_size",
-    "best_epoch", "selected_on", "selection_auc", "tf_auc", "stream_auc",
+    "best_epoch", "selected_on", "selection_auc", "tf_auc", "stream_auc", "model_auc",
     "auc_fold_mean", "auc_fold_std", "interactions_per_s", "rows_per_s", "wall_s",
 )  # fmt: skip
 NUMBERS = (
     "d_model", "heads", "window", "lr", "batch_size", "selection_auc", "tf_auc", "stream_auc",
-    "auc_fold_mean", "auc_fold_std", "interactions_per_s", "rows_per_s", "wall_s",
+    "model_auc", "auc_fold_mean", "auc_fold_std", "interactions_per_s", "rows_per_s", "wall_s",
 )  # fmt: skip
 # what `05 --runs` shows: the columns above but the clock time
 SHOWN = COLUMNS[1:]
@@ -80,6 +80,7 @@ def read_runs(output_dir: str | Path) -> pd.DataFrame:
         return pd.DataFrame(columns=list(COLUMNS))
     # text as written (a run may be named NA or null); the figures as numbers
     table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    table = table.reindex(columns=list(COLUMNS), fill_value="")  # a file from before a column
     for column in NUMBERS:
         table[column] = pd.to_numeric(table[column].replace("", None), errors="coerce")
     return table

@@ -16,11 +16,15 @@ import pandas as pd
 import torch
 
 from common.data.dataset import Dataset
-from common.data.fold_data import Fold, check_fold_fingerprint, load_fold_data
+from common.data.fold_data import Fold, FoldData, check_fold_fingerprint, load_fold_data
+from common.data.past_state import build_feature_snapshot
 from common.device import device_option, resolve_device
 from common.files import atomic_file, json_values, write_json, write_run_record, write_text
 from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, VALIDATION_PREDICTIONS, fold_dir
 from common.metrics import slice_table, student_and_part_slices
+from common.model.blend_bundle import BlendBundle
+from common.model.blending import fold_blend_bundle
+from common.model.boosting import FeatureBaselineConfig
 from common.model.checkpoint import load_model, read_checkpoint
 from common.options import option, progress_option
 from common.runs.folders import commit
@@ -28,6 +32,7 @@ from common.runs.oof import write_oof
 from common.runs.provenance import epochs_trained
 from common.runs.table import append_run_row, config_columns
 from common.stream.api_loop import stream_loop
+from common.stream.blend_state import BlendState, feature_state_budget
 from common.stream.emulator import Emulator, EmulatorConfig
 from common.stream.kaggle_export import KaggleConfig
 from common.stream.online import OnlineState, build_snapshot
@@ -57,6 +62,13 @@ class InferConfig:
         metavar="GB",
     )
 
+    feature_baseline: bool = option(
+        True,
+        "stream and submit the model alone: fit no boosted trees over past-event features "
+        "and blend nothing (by default 04 fits them on the fold's training rows, chooses the "
+        "blend's weight on 03's inner split, and streams the blend)",
+    )
+    trees: FeatureBaselineConfig = field(default_factory=FeatureBaselineConfig)
     kaggle: KaggleConfig = field(default_factory=KaggleConfig)
     competition: bool = option(
         False, "run against the real riiideducation API (by default only where it is importable)"
@@ -72,68 +84,121 @@ class InferConfig:
         return None if self.max_state_memory is None else int(self.max_state_memory * 1e9)
 
 
+SUBMISSION, MODEL_ALONE = "submission", "model"  # stream_metrics' scorers
+
+
 def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
-    """AUC overall, for new and continuing students, and by part (1-7)."""
+    """AUC overall, for new and continuing students, and by part (1-7): of what is
+    submitted (`auc`: the blend where the run has trees) and of the model alone
+    (`auc_model`)."""
     part = parts[np.clip(results["content_id"].to_numpy(), 0, len(parts) - 1)]
     slices = student_and_part_slices(results["new_student"].to_numpy(), part, range(1, 8))
-    table = slice_table(
-        results["answered_correctly"].to_numpy(), {"model": results["prediction"]}, slices
-    )
+    scores = {SUBMISSION: results["prediction"]}
+    scores[MODEL_ALONE] = results.get("model_prediction", results["prediction"])
+    table = slice_table(results["answered_correctly"].to_numpy(), scores, slices)
     names = {"all": "{}", "student": "{} students", "part": "part {}"}
     pairs = table[["slice", "value"]].itertuples(index=False)
     return pd.DataFrame(
         {
             "slice": [names[k].format(v) for k, v in pairs],
             "rows": table["rows"],
-            "auc": table["auc_model"],
+            "auc": table[f"auc_{SUBMISSION}"],
+            "auc_model": table[f"auc_{MODEL_ALONE}"],
             "share_correct": table["share_correct"],
         }
     )
 
 
 def fold_state(
-    output_dir: Path,
+    run_dir: Path,
     config: InferConfig,
     model,
-    device: torch.device,
+    checkpoint: dict,
     dataset: Dataset,
-    fold: Fold,
-) -> OnlineState:
-    """The online state at the start of `fold`'s stream: every student's training
-    questions (the fold's snapshot is dropped on return)."""
-    data = load_fold_data(output_dir, config.fold, dataset=dataset, fold=fold)
+    data: FoldData,
+) -> OnlineState | BlendState:
+    """The state at the start of the fold's stream: every student's training questions, for
+    the model and, unless --no-feature-baseline, for the trees' features, with the fold's
+    trees and blend weight (common.model.blending.fold_blend_bundle; the state holds them
+    as `bundle`). The model's state is sized first: a state budget too small is refused
+    before the trees are fitted. The snapshots are dropped on return."""
+    users = dataset.arrays.users
     snapshot = build_snapshot(
-        data.sequences, dataset.arrays.users, data.train_length, model.config.receptive_field
+        data.sequences, users, data.train_length, model.config.receptive_field
     )
-    return OnlineState(
-        model, dataset.parts, device, snapshot, config.cache_students, config.max_state_bytes
-    )
+    features = None
+    if config.feature_baseline:
+        features = build_feature_snapshot(data.sequences, users, data.train_length)
+    model_state = OnlineState(
+        model, dataset.parts, checkpoint["device"], snapshot, config.cache_students,
+        config.max_state_bytes, feature_state_budget(features) if features else 0,
+    )  # fmt: skip
+    if features is None:
+        return model_state
+    epoch = checkpoint.get("epoch")
+    bundle = fold_blend_bundle(run_dir, data.fold, dataset, epoch, config.trees)
+    return BlendState(model_state, bundle, dataset.parts, features, record=True)
 
 
 def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
     """Stream fold `config.fold`'s validation rows (from output_dir's data/ and folds/)
-    through the emulator with the run's checkpoint; write the fold's outputs, the run's
-    oof.parquet and a row of output/runs.csv."""
+    through the emulator with the run's checkpoint, and with the fold's trees unless
+    --no-feature-baseline; write the fold's outputs (the trees and the blend's weight
+    beside the checkpoint), the run's oof.parquet and a row of output/runs.csv."""
     begin = time.perf_counter()
     folder = fold_dir(run_dir, config.fold)
     device = resolve_device(config.device)
     model, checkpoint = load_model(folder / config.checkpoint, device)
-    fingerprint = checkpoint.get("fold_fingerprint")
+    checkpoint["path"], checkpoint["device"] = str(folder / config.checkpoint), device
     fold = Fold.load(output_dir, config.fold)  # read and fingerprinted once
-    check_fold_fingerprint(fingerprint, fold, str(folder / config.checkpoint))
+    check_fold_fingerprint(checkpoint.get("fold_fingerprint"), fold, checkpoint["path"])
     dataset = Dataset.load(output_dir)
-    state = fold_state(output_dir, config, model, device, dataset, fold)
+    data = load_fold_data(output_dir, config.fold, dataset=dataset, fold=fold)
+    state = fold_state(run_dir, config, model, checkpoint, dataset, data)
     arrays, parts = dataset.arrays, dataset.parts
-    del dataset  # the sequences are not needed while streaming
+    del dataset, data  # the sequences are not needed while streaming
     env = Emulator.from_fold(arrays, fold, config.stream)
     timing = stream_loop(env, state, config.progress)
+    results = stream_results(env, state, arrays, fold)
+    table = stream_metrics(results, parts)
+    bundle = state.bundle if isinstance(state, BlendState) else None
+    summary = stream_summary(config, checkpoint, state, table, bundle, timing)
+    if bundle is not None:
+        bundle.save(folder)
+    write_outputs(folder, results, table, summary)
+    write_oof(run_dir)
+    append_run_row(output_dir, stream_row(run_dir, checkpoint, summary, begin))
+    write_run_record(folder, "infer", asdict(config))
+    return summary
+
+
+def stream_results(env: Emulator, state, arrays, fold: Fold) -> pd.DataFrame:
+    """The emulator's rows (what was submitted in `prediction`), whether each student is
+    new, and with a blend the model's and the trees' own probabilities."""
     results = env.results()
     student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1
     results["new_student"] = fold.user_cut[student] == 0
-    table = stream_metrics(results, parts)
-    summary = {
+    if isinstance(state, BlendState):
+        parts = state.parts_of_predictions().set_index("row_id")
+        for column in ("model_prediction", "trees_prediction"):
+            results[column] = parts[column].reindex(results["row_id"]).to_numpy()
+    return results
+
+
+def stream_summary(
+    config: InferConfig,
+    checkpoint: dict,
+    state,
+    table: pd.DataFrame,
+    bundle: BlendBundle | None,
+    timing: dict,
+) -> dict:
+    """stream_summary.json: the checkpoint and what chose it, the fold, the AUCs of what
+    was submitted and of the model alone, the blend, timing and the state's memory."""
+    model_state = state.model_state if isinstance(state, BlendState) else state
+    return {
         "fold": config.fold,
-        "checkpoint": str(folder / config.checkpoint),
+        "checkpoint": checkpoint["path"],
         "checkpoint_digest": checkpoint.get("model_digest"),
         "checkpoint_epoch": checkpoint.get("epoch"),
         # how the checkpoint was chosen: "inner" (an inner split of the training
@@ -141,24 +206,23 @@ def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
         "checkpoint_selected_on": checkpoint.get("selected_on")
         if config.checkpoint == "best.pt"
         else None,
-        "fold_fingerprint": fingerprint,
+        "fold_fingerprint": checkpoint.get("fold_fingerprint"),
         "auc": float(table.loc[0, "auc"]),
+        "model_auc": float(table.loc[0, "auc_model"]),
+        "submitted": "blend" if bundle is not None and bundle.weight is not None else "model",
+        "blend": None if bundle is None else bundle.record | {"weight": bundle.weight},
         **timing,
-        "state_bytes_per_student": state.state_bytes_per_student(),
+        "state_bytes_per_student": model_state.state_bytes_per_student(),
         "state_bytes": state.state_bytes(),
         "cache_students": config.cache_students,
-        "cache_builds": state.builds,
-        "cache_rebuilds": state.rebuilds,
-        "cache_evictions": state.pool.evictions,
-        "device": str(device),
+        "cache_builds": model_state.builds,
+        "cache_rebuilds": model_state.rebuilds,
+        "cache_evictions": model_state.pool.evictions,
+        "device": str(model_state.device),
         "torch_threads": torch.get_num_threads(),
+        "stream_config": json_values(asdict(config.stream)),
+        "trees_config": json_values(asdict(config.trees)) if config.feature_baseline else None,
     }
-    summary["stream_config"] = json_values(asdict(config.stream))
-    write_outputs(folder, results, table, summary)
-    write_oof(run_dir)
-    append_run_row(output_dir, stream_row(run_dir, checkpoint, summary, begin))
-    write_run_record(folder, "infer", asdict(config))
-    return summary
 
 
 def streamed_already(run_dir: Path, config: InferConfig) -> bool:
@@ -171,7 +235,13 @@ def streamed_already(run_dir: Path, config: InferConfig) -> bool:
     checkpoint = read_checkpoint(fold_dir(run_dir, config.fold) / config.checkpoint)
     digest = checkpoint.get("model_digest")
     same_model = digest is not None and summary.get("checkpoint_digest") == digest
-    return same_model and summary.get("stream_config") == json_values(asdict(config.stream))
+    trees = json_values(asdict(config.trees)) if config.feature_baseline else None
+    same_trees = summary.get("trees_config") == trees
+    return (
+        same_model
+        and same_trees
+        and summary.get("stream_config") == json_values(asdict(config.stream))
+    )
 
 
 def stream_row(run_dir: Path, checkpoint: dict, summary: dict, begin: float) -> dict:
@@ -190,6 +260,7 @@ def stream_row(run_dir: Path, checkpoint: dict, summary: dict, begin: float) -> 
         "selected_on": summary["checkpoint_selected_on"] or "by hand",
         "tf_auc": history.get(epoch, {}).get("fold_auc"),
         "stream_auc": summary["auc"],
+        "model_auc": summary["model_auc"],
         "rows_per_s": summary["rows_per_s"],
         "wall_s": time.perf_counter() - begin,
     }
@@ -204,9 +275,14 @@ def write_outputs(folder: Path, results: pd.DataFrame, table: pd.DataFrame, summ
         results.to_parquet(tmp, index=False)
     with atomic_file(folder / "stream_metrics.csv") as tmp:
         table.to_csv(tmp, index=False)
-    lines = ["| slice | rows | AUC | share correct |", "|---|---:|---:|---:|"]
+    what = {"blend": "the blend (submitted)", "model": "the model (submitted)"}
+    lines = [
+        f"| slice | rows | AUC of {what[summary['submitted']]} | AUC of the model alone "
+        "| share correct |",
+        "|---|---:|---:|---:|---:|",
+    ]
     lines += [
-        f"| {r.slice} | {r.rows:,} | {r.auc:.4f} | {r.share_correct:.3f} |"
+        f"| {r.slice} | {r.rows:,} | {r.auc:.4f} | {r.auc_model:.4f} | {r.share_correct:.3f} |"
         for r in table.itertuples()
     ]
     lines += [

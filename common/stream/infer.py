@@ -11,8 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from common import cli, layout
+from common.data.dataset import Dataset
 from common.data.fold_data import fold_count
 from common.errors import UserError
+from common.model.blending import full_blend_bundle
 from common.runs.folders import choose_run
 from common.runs.oof import write_oof
 from common.runs.table import latest_run
@@ -32,6 +34,8 @@ def infer(config: InferConfig, output_dir: Path, run: str | None) -> None:
     if config.full:  # nothing to stream: the full-data model has seen every student
         if not config.kaggle.export:
             raise UserError("--full exports the full-data model's bundle: drop --no-export")
+        if config.feature_baseline:
+            fit_full_bundle(config, output_dir, run_dir)
         export(replace(config, fold=0), output_dir, run_dir)
         return
     folds = stream_folds(config, output_dir, run_dir)
@@ -44,6 +48,19 @@ def infer(config: InferConfig, output_dir: Path, run: str | None) -> None:
         )
         return
     export(replace(config, fold=folds[0]), output_dir, run_dir)
+
+
+def fit_full_bundle(config: InferConfig, output_dir: Path, run_dir: Path) -> None:
+    """The full-data model's trees (every question row) and the median of the folds'
+    blend weights, written beside full/best.pt for the export."""
+    bundle = full_blend_bundle(run_dir, Dataset.load(output_dir), config.trees)
+    bundle.save(layout.full_dir(run_dir))
+    weight = "none: the model alone" if bundle.weight is None else f"{bundle.weight:g}"
+    print(
+        f"full-data trees: {bundle.record['trees']['rounds']} rounds on "
+        f"{bundle.record['trees']['train_rows']:,} rows; blend weight {weight} "
+        f"({bundle.record['chosen_on'] or bundle.record['no_blend']})"
+    )
 
 
 def run_competition(config: InferConfig, output_dir: Path, run: str | None) -> None:

@@ -11,8 +11,13 @@ is the whole submission.
                                inference code only, written for the competition's Python 3.7
     fold{k}/ or full/best.pt   the checkpoint 04 streamed (or the full-data model), its
                                model and weights only, readable by torch 1.7
+    fold{k}/ or full/trees.npz, tree_inputs.npz, blend.json
+                               where the run has them: the boosted trees, the inputs of
+                               their features and the blend's weight (the notebook then
+                               submits the blend)
     state/snapshot.npz         every student's last receptive_field questions (all of
                                train.csv: a test student's train.csv history precedes the test)
+    state/features.npz         with the trees: every student's whole question history
     state/parts.npy            part by question id
 <kaggle-dir>/kernel/
     submission.ipynb           one cell: common.stream.kaggle_notebook.run_submission
@@ -31,19 +36,22 @@ from pathlib import Path
 import numpy as np
 
 from common.data.dataset import Dataset
+from common.data.past_state import build_feature_snapshot
 from common.files import atomic_dir, write_json, write_text
 from common.layout import (
     CODE_SUBDIR,
+    FEATURE_SNAPSHOT_FILE,
     KAGGLE_DATASET_SUBDIR,
     KAGGLE_KERNEL_SUBDIR,
     PARTS_FILE,
     SNAPSHOT_FILE,
     state_dir,
 )
+from common.model.blend_bundle import BUNDLE_FILES
 from common.model.checkpoint import save_inference_checkpoint
 from common.options import option
 from common.stream.kaggle_notebook import COMPETITION
-from common.stream.online import Snapshot, build_snapshot
+from common.stream.online import build_snapshot
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = PACKAGE_DIR.name  # "common"
@@ -226,6 +234,32 @@ def write_code(dest: Path) -> None:
         shutil.copy2(source, target)
 
 
+def copy_blend_bundle(source: Path, dest: Path) -> bool:
+    """The trees, their inputs and the blend's weight (common.model.blend_bundle) that 04
+    wrote beside the checkpoint, copied beside its export; False where there are none."""
+    if not all((source / name).exists() for name in BUNDLE_FILES):
+        return False
+    for name in BUNDLE_FILES:
+        shutil.copy2(source / name, dest / name)
+    return True
+
+
+def write_state(output_dir: Path, folder: Path, receptive_field: int, with_features: bool):
+    """Every student's start state, from every question of the data: the model's last
+    `receptive_field` questions (SNAPSHOT_FILE) and part by question (PARTS_FILE); with
+    the trees, the whole question history their features read (FEATURE_SNAPSHOT_FILE)."""
+    dataset = Dataset.load(output_dir)
+    sequences, users = dataset.sequences, dataset.arrays.users
+    snapshot = build_snapshot(sequences, users, sequences.lengths(), receptive_field)
+    snapshot.save(folder / SNAPSHOT_FILE)
+    del snapshot
+    np.save(str(folder / PARTS_FILE), dataset.parts)
+    if with_features:
+        build_feature_snapshot(sequences, users, sequences.lengths()).save(
+            folder / FEATURE_SNAPSHOT_FILE
+        )
+
+
 def export_kaggle(
     output_dir: Path, checkpoint: Path, model: str, kaggle_dir: Path, ids: KaggleIds
 ) -> tuple[Path, Path]:
@@ -236,14 +270,8 @@ def export_kaggle(
     kernel_dir = kaggle_dir / KAGGLE_KERNEL_SUBDIR
     with atomic_dir(dataset_dir) as tmp:
         config = save_inference_checkpoint(checkpoint, tmp / model / "best.pt")
-        dataset = Dataset.load(output_dir)
-        sequences = dataset.sequences
-        snapshot: Snapshot = build_snapshot(
-            sequences, dataset.arrays.users, sequences.lengths(), config.receptive_field
-        )
-        snapshot.save(state_dir(tmp) / SNAPSHOT_FILE)
-        np.save(str(state_dir(tmp) / PARTS_FILE), dataset.parts)
-        del dataset, sequences, snapshot
+        blend = copy_blend_bundle(checkpoint.parent, tmp / model)
+        write_state(output_dir, state_dir(tmp), config.receptive_field, with_features=blend)
         write_code(tmp / CODE_SUBDIR)
         write_json(
             tmp / "dataset-metadata.json",

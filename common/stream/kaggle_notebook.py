@@ -17,11 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from common.data.past_state import FeatureSnapshot
 from common.device import resolve_device
 from common.errors import UserError
-from common.layout import PARTS_FILE, SNAPSHOT_FILE, state_dir
+from common.layout import FEATURE_SNAPSHOT_FILE, PARTS_FILE, SNAPSHOT_FILE, state_dir
+from common.model.blend_bundle import BlendBundle
 from common.model.checkpoint import load_model
 from common.stream.api_loop import stream_loop
+from common.stream.blend_state import BlendState, feature_state_budget
 from common.stream.online import OnlineState, Snapshot
 
 COMPETITION = "riiid-test-answer-prediction"  # its data folder: /kaggle/input/<this>
@@ -83,23 +86,32 @@ def run_submission(
     torch_device = resolve_device(device)
     checkpoint_path = bundle / model / "best.pt"
     net, checkpoint = load_model(checkpoint_path, torch_device)
-    parts = np.load(str(state_dir(bundle) / PARTS_FILE))
-    budget = COMPETITION_STATE_GB if max_state_gb is None else max_state_gb
-    state = OnlineState(
-        net,
-        parts,
-        torch_device,
-        Snapshot.load(state_dir(bundle) / SNAPSHOT_FILE),
-        cache_students,
-        int(budget * 1e9),
-    )
+    budget = int((COMPETITION_STATE_GB if max_state_gb is None else max_state_gb) * 1e9)
+    state = bundle_state(bundle, model, net, torch_device, cache_students, budget)
     timing = stream_loop(api.make_env(), state, progress)
     summary = dict(
         timing,
         checkpoint=str(checkpoint_path),
         epoch=checkpoint.get("epoch"),
+        submits="blend" if isinstance(state, BlendState) else "model",
         state_bytes=state.state_bytes(),
         device=str(torch_device),
     )
     print(json.dumps(summary))
     return summary
+
+
+def bundle_state(bundle: Path, model: str, net, device, cache_students: int, budget: int):
+    """The state the bundle streams with: the model's online state and, where the bundle
+    ships trees for <model>/ (common.model.blend_bundle), the feature state beside it
+    (common.stream.blend_state.BlendState: the blend is submitted). The feature state's
+    planned bytes come out of `budget` first; the rest sizes the model's cache pool."""
+    parts = np.load(str(state_dir(bundle) / PARTS_FILE))
+    snapshot = Snapshot.load(state_dir(bundle) / SNAPSHOT_FILE)
+    blend = BlendBundle.load(bundle / model)
+    if blend is None:
+        return OnlineState(net, parts, device, snapshot, cache_students, budget)
+    features = FeatureSnapshot.load(state_dir(bundle) / FEATURE_SNAPSHOT_FILE)
+    reserved = feature_state_budget(features)
+    model_state = OnlineState(net, parts, device, snapshot, cache_students, budget, reserved)
+    return BlendState(model_state, blend, parts, features)

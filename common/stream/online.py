@@ -200,6 +200,7 @@ class OnlineState:
         snapshot: Snapshot | None = None,
         cache_students: int = 4096,
         max_bytes: int | None = None,
+        reserved_bytes: int = 0,
     ):
         self.model = model.eval()
         self.config = model.config
@@ -218,7 +219,11 @@ class OnlineState:
         self.cache_index = np.zeros(0, dtype=np.int64)  # -1: no cache
         self.built = np.zeros(0, dtype=bool)  # had a cache before (a build now is a rebuild)
         self.pool = CachePool(model, max(cache_students, 1), device)
-        self.max_bytes = max_bytes
+        self.max_bytes = max_bytes  # the whole state budget
+        # what other state takes out of it first (the trees' feature state), and what is
+        # left for the rings and the cache pool
+        self.reserved_bytes = reserved_bytes
+        self.budget = None if max_bytes is None else max_bytes - reserved_bytes
         known = len(snapshot.users) if snapshot else 0
         slots = known
         if max_bytes is not None:  # the rings planned at once: never grown by copying
@@ -239,12 +244,12 @@ class OnlineState:
         MIN_POOL_STUDENTS caches raises StateMemoryError now, not mid-stream. Returns the
         student slots planned."""
         planned = known + int(known * NEW_STUDENT_SHARE)
-        room = self.max_bytes - planned * self.student_bytes()
+        room = self.budget - planned * self.student_bytes()
         fits = room // self.pool.bytes_per_student()
         if fits < min(MIN_POOL_STUDENTS, self.pool.size):
             raise StateMemoryError(
-                f"a state budget of {self.max_bytes / 1e9:.3g} GB leaves room for "
-                f"{max(fits, 0):,} model caches beside the rings of {planned:,} students "
+                f"a state budget of {self.max_bytes / 1e9:.3g} GB{self._reserved()} leaves "
+                f"room for {max(fits, 0):,} model caches beside the rings of {planned:,} students "
                 f"({known:,} in the snapshot and {NEW_STUDENT_SHARE:.0%} more for new ones, "
                 f"{self.student_bytes():,} B each); at least {MIN_POOL_STUDENTS:,} caches of "
                 f"{self.pool.bytes_per_student():,} B are needed: raise the budget "
@@ -263,7 +268,7 @@ class OnlineState:
         # students, doubling would add 1.2 GB of rings for the first new student
         capacity = max(needed, self.capacity + self.capacity // 4, 1024)
         if self.max_bytes is not None:
-            fits = max((self.max_bytes - self.pool.planned_bytes()) // self.student_bytes(), 0)
+            fits = max((self.budget - self.pool.planned_bytes()) // self.student_bytes(), 0)
             if needed > fits:
                 raise StateMemoryError(self._over_budget(needed))
             capacity = min(capacity, fits)
@@ -350,6 +355,11 @@ class OnlineState:
             "max_bytes": self.max_bytes,
         }
 
+    def _reserved(self) -> str:
+        if not self.reserved_bytes:
+            return ""
+        return f" ({self.reserved_bytes / 1e9:.3g} GB of it for the trees' feature state)"
+
     def _over_budget(self, needed: int) -> str:
         per, pool = self.student_bytes(), self.pool.planned_bytes()
         total = needed * per + pool
@@ -357,7 +367,8 @@ class OnlineState:
             f"the online state needs {total / 1e9:.3g} GB for {needed:,} students "
             f"({needed:,} x {per:,} B of rings and index, plus a cache pool of "
             f"{self.pool.size:,} students x {self.pool.bytes_per_student():,} B = "
-            f"{pool / 1e9:.3g} GB), above its budget of {self.max_bytes / 1e9:.3g} GB "
+            f"{pool / 1e9:.3g} GB), above its budget of {self.max_bytes / 1e9:.3g} GB"
+            f"{self._reserved()} "
             f"(--max-state-memory); raise the budget or lower --cache-students"
         )
 

@@ -1,0 +1,76 @@
+"""What the submission streams when the run has trees: the model's online state and the
+past-event feature state side by side, each fed every group as the API serves it, and
+per group the blend of the model's probabilities with the trees'
+(common.model.blend_bundle). The Kaggle notebook and 04's local stream both run it.
+
+This module ships in the Kaggle bundle: Python 3.7, torch 1.7, pandas 1.1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from common.data.past_state import FeatureSnapshot, PastFeatureState, slot_bytes
+from common.data.schema import QUESTION
+from common.model.blend_bundle import BlendBundle
+from common.stream.online import NEW_STUDENT_SHARE, OnlineState
+
+
+class BlendState:
+    """`predict(test_df)`: the submission's probabilities for test_df's question rows.
+    With `record`, each group's model and tree probabilities are kept by row_id (04
+    scores them as rows of their own)."""
+
+    def __init__(
+        self,
+        model_state: OnlineState,
+        bundle: BlendBundle,
+        parts: np.ndarray,
+        snapshot: FeatureSnapshot | None,
+        record: bool = False,
+    ):
+        self.model_state = model_state
+        self.bundle = bundle
+        self.features = PastFeatureState(parts, bundle.skill, bundle.rates, snapshot)
+        self.record = record
+        self.recorded: list[pd.DataFrame] = []
+
+    def predict(self, test_df: pd.DataFrame) -> np.ndarray:
+        model = self.model_state.predict(test_df)
+        trees = self.bundle.trees.probability(self.features.group_features(test_df))
+        if self.record:
+            question = test_df["content_type_id"].to_numpy() == QUESTION
+            self.recorded.append(
+                pd.DataFrame(
+                    {
+                        "row_id": test_df["row_id"].to_numpy()[question],
+                        "model_prediction": model,
+                        "trees_prediction": trees,
+                    }
+                )
+            )
+        return self.bundle.blend(model, trees)
+
+    def parts_of_predictions(self) -> pd.DataFrame:
+        """The recorded groups' row_id, model_prediction and trees_prediction."""
+        columns = ["row_id", "model_prediction", "trees_prediction"]
+        return pd.concat(self.recorded) if self.recorded else pd.DataFrame(columns=columns)
+
+    def state_bytes(self) -> dict:
+        """The model's state (common.stream.online.OnlineState.state_bytes: its budget
+        is the whole state's) with the feature state's bytes added to its total."""
+        held = dict(self.model_state.state_bytes())
+        held["feature_state"] = self.features.state_bytes()["total"]
+        held["total"] += held["feature_state"]
+        return held
+
+
+def feature_state_budget(snapshot: FeatureSnapshot | None) -> int:
+    """The bytes a feature state started from `snapshot` is planned at, taken from the
+    state budget before the model's state is sized: the snapshot's history and slots
+    for its students and NEW_STUDENT_SHARE more."""
+    students = len(snapshot.users) if snapshot is not None else 0
+    history = snapshot.nbytes() if snapshot is not None else 0
+    slots = int(students * (1 + NEW_STUDENT_SHARE)) * slot_bytes()
+    return history + slots
