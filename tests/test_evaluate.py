@@ -344,6 +344,12 @@ def test_report_has_tables_and_headline(tiny_report):
     assert "model AUC" in stdout and "oracle AUC" in stdout and "report.md" in stdout
     assert "Checkpoints: fold 0: - (epoch 3), named by hand; fold 1:" in report
     assert "**Blend AUC" in report and "No blend" not in report
+    # the trees' permutation importance on the inner splits: named, largest first, plotted
+    summary = json.loads((run_folder(output_dir) / "report" / "summary.json").read_text())
+    importance = summary["tree_importance"]  # (summary.json's keys are sorted by name)
+    top = max(importance, key=lambda name: importance[name][0])
+    assert len(importance) > 10 and importance[top][0] > 0
+    assert f"The boosted features lean most on {top} ({importance[top][0]:.4f})" in report
 
     metrics = pd.read_csv(run_folder(output_dir) / "report" / "metrics.csv")
     assert set(metrics["fold"].astype(str)) == {"0", "1", "pooled"}
@@ -393,7 +399,7 @@ def test_report_has_tables_and_headline(tiny_report):
 def test_report_figures_are_png(tiny_report):
     output_dir, _ = tiny_report
     report = (run_folder(output_dir) / "report.md").read_text()
-    for name in ("roc.png", "reliability.png", "training_curves.png"):
+    for name in ("roc.png", "reliability.png", "training_curves.png", "tree_importance.png"):
         path = run_folder(output_dir) / "report" / name
         assert f"](report/{name})" in report
         assert path.read_bytes()[:8] == PNG_SIGNATURE

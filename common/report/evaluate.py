@@ -57,6 +57,7 @@ from common.runs.provenance import epochs_trained, run_provenance
 from common.runs.table import append_run_row, config_columns
 
 TRUTH_FILE = "demo_truth.csv"
+IMPORTANCE_TITLE = "Boosted features: permutation importance"
 
 # Slice buckets: (label, lowest value, highest value) inclusive.
 HISTORY_BUCKETS = (
@@ -169,6 +170,8 @@ class Evaluation:
     submitted: str = MODEL
     blend: dict[int, dict] = field(default_factory=dict)  # fold: BlendChoice as a dict
     no_blend: list[str] = field(default_factory=list)  # why a fold has no blend
+    # the trees' permutation importance on the inner splits: name: (mean AUC lost, spread)
+    tree_importance: dict[str, tuple[float, float]] = field(default_factory=dict)
     folds: list[int] = field(default_factory=list)
     selection: str = ""  # which checkpoint scored each fold, and what chose it
     report: str = ""  # report.md's path
@@ -267,8 +270,26 @@ def write_tables(report_dir: Path, table: pd.DataFrame, slices: pd.DataFrame) ->
     return metrics_md, slices_md
 
 
+def tree_importance(blends: dict[int, BlendChoice]) -> dict[str, tuple[float, float]]:
+    """Each feature's permutation importance on the inner splits, averaged over the folds
+    that measured it: {name: (mean AUC lost, the larger of its spreads)}, largest first."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for choice in blends.values():
+        for name, (mean, spread) in (choice.importance or {}).items():
+            found.setdefault(name, []).append((mean, spread))
+    averaged = {
+        name: (float(np.mean([m for m, _ in pairs])), float(max(s for _, s in pairs)))
+        for name, pairs in found.items()
+    }
+    return dict(sorted(averaged.items(), key=lambda item: -item[1][0]))
+
+
 def write_figures(
-    report_dir: Path, rows: pd.DataFrame, histories: dict[int, pd.DataFrame], bins: int
+    report_dir: Path,
+    rows: pd.DataFrame,
+    histories: dict[int, pd.DataFrame],
+    bins: int,
+    importance: dict[str, tuple[float, float]],
 ) -> dict[str, str]:
     """The report's figures; returns their titles and links (relative to report.md)."""
     labels = rows["label"].to_numpy()
@@ -279,6 +300,9 @@ def write_figures(
     if histories:
         plots.training_curves_figure(report_dir / "training_curves.png", histories)
         figures["Training curves"] = "training_curves.png"
+    if importance:
+        plots.importance_figure(report_dir / "tree_importance.png", importance)
+        figures[IMPORTANCE_TITLE] = "tree_importance.png"
     return {title: f"{REPORT_SUBDIR}/{name}" for title, name in figures.items()}
 
 
@@ -300,13 +324,15 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig, run: str
     table = metric_table(rows, config)
     tables = write_tables(report_dir, table, slice_table(rows))
     histories = load_histories(folder, folds)
-    links = write_figures(report_dir, rows, histories, config.calibration_bins)
+    importance = tree_importance(blends)
+    links = write_figures(report_dir, rows, histories, config.calibration_bins, importance)
     summaries = {k: stream_summary(folder, k) for k in folds}
     streamed_blend = all(v.get("submitted") == "blend" for v in summaries.values())
     head = replace(
         headline(table),
         submitted=BLEND if streamed_blend and BLEND in set(table["scorer"]) else MODEL,
         blend={k: asdict(choice) for k, choice in blends.items()},
+        tree_importance=importance,
         no_blend=no_blend,
         folds=folds,
         selection=selection_note(summaries),

@@ -92,3 +92,17 @@ def training_curves_figure(path: Path, histories: dict[int, pd.DataFrame]) -> No
         ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
     _save(figure, path)
+
+
+def importance_figure(path: Path, importance: dict[str, tuple[float, float]]) -> None:
+    """Horizontal bars of each feature's permutation importance (the AUC lost when its
+    values are shuffled), largest on top, with the spread over shuffles and folds."""
+    names = list(importance)[::-1]
+    means = np.array([importance[n][0] for n in names])
+    spreads = np.array([importance[n][1] for n in names])
+    figure, ax = plt.subplots(figsize=(6, 0.28 * len(names) + 1.2))
+    ax.barh(names, means, xerr=spreads, color="tab:blue", alpha=0.8)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set(xlabel="AUC lost when the feature is shuffled (inner split)")
+    ax.set_title("Boosted features: permutation importance")
+    _save(figure, path)

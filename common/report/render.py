@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # annotations only: the evaluation imports this module to wri
     from common.report.evaluate import EvaluateConfig, Evaluation
 
 POOLED = "pooled"  # the metric table's "fold" of every fold's rows together
+TOP_FEATURES = 3  # the features the headline names
 
 
 def _fmt(value, digits: int = 4) -> str:
@@ -164,6 +165,13 @@ def headline_lines(head: Evaluation, config: EvaluateConfig) -> str:
         )
     for reason in head.no_blend:
         lines.append(f"No blend for {reason}.")
+    if head.tree_importance:
+        top = list(head.tree_importance.items())[:TOP_FEATURES]
+        named = ", ".join(f"{name} ({mean:.4f})" for name, (mean, _) in top)
+        lines.append(
+            f"The boosted features lean most on {named}: the AUC each costs the trees when "
+            "shuffled on the inner split (permutation importance, figure below)."
+        )
     if head.selection:
         lines.append(head.selection)
     return "\n".join(f"- {line}" for line in lines) + "\n"
