@@ -37,6 +37,7 @@ KAGGLE_KERNEL_SUBDIR = "kernel"
 STATE_SUBDIR = "state"  # in the dataset: the online state at the test's start
 SNAPSHOT_FILE = "snapshot.npz"  # every student's last receptive_field questions
 PARTS_FILE = "parts.npy"  # part (1-7) by question id
+SKILLS_FILE = "skills.npy"  # skill (first tag, -1: none) by question id
 CODE_SUBDIR = "code"  # in the dataset: the inference modules of the package
 # in fold{k}/, written by 04 and read by 05
 STREAM_PREDICTIONS = "stream_predictions.parquet"

@@ -21,7 +21,7 @@ import torch
 
 from common.data.dataset import Dataset
 from common.data.fold_data import Fold, load_fold_data
-from common.data.past_features import question_skills
+from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
 from common.layout import FEATURE_SNAPSHOT_FILE, SNAPSHOT_FILE
 from common.model.blend_bundle import BlendBundle
@@ -129,7 +129,7 @@ if os.environ.get("HIDE_NEWER_TORCH") == "1":
     import torch
     import torch.nn.functional as F
     del F.scaled_dot_product_attention  # torch 2.0
-    for name in ("inference_mode", "compile"):  # 1.9, 2.0
+    for name in ("nan_to_num", "inference_mode", "compile"):  # 1.8, 1.9, 2.0
         delattr(torch, name)
     _load = torch.load
     def load(f, map_location=None, pickle_module=None, **pickle_load_args):  # torch 1.7's
@@ -351,15 +351,16 @@ def require_kaggle2020() -> str:
 
 @pytest.fixture(scope="module")
 def fold_export(tmp_path_factory):
-    """A tiny model trained on a demo's fold 0 (03), the fold streamed by 04 with the
-    trees and blend it fits (and its Kaggle export), the fold's stream as a test file of
-    the competition's format, and 05's scored rows of the fold (its blend included)."""
+    """A tiny model that reads the past-event features, trained on a demo's fold 0 (03),
+    the fold streamed by 04 with the trees and blend it fits (and its Kaggle export), the
+    fold's stream as a test file of the competition's format, and 05's scored rows of the
+    fold (its blend included)."""
     tmp = tmp_path_factory.mktemp("fold-export")
     out = make_tiny_demo(tmp, users=120, questions=100)
     tiny = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)
     flags = ("--output-dir", out, "--run", RUN, "--fold", 0, "--no-progress", "--device", "cpu")
     for script, *extra in (
-        ("03_train.py", *tiny, "--epochs", 2, "--warmup", 5),
+        ("03_train.py", *tiny, "--epochs", 2, "--warmup", 5, "--past-features", "head"),
         ("04_infer.py", "--kaggle-dir", tmp / "kaggle", "--kaggle-dataset-id", DATASET_ID),
     ):
         done = run_numbered_script(script, *flags, *extra)
@@ -380,7 +381,10 @@ def fold_start_state(out: Path, dataset: Path) -> None:
     data = load_fold_data(out, 0)
     users = Dataset.load(out).arrays.users
     checkpoint = torch.load(dataset / "fold0" / "best.pt", weights_only=False)
-    receptive = ModelConfig.from_dict(checkpoint["model_config"]).receptive_field
+    config = ModelConfig.from_dict(checkpoint["model_config"])
+    receptive = config.receptive_field
+    if config.past_features != "none":  # the model's snapshot carries them
+        attach_model_features(data.sequences, np.load(dataset / "state" / "skills.npy"))
     state = dataset / "state"
     build_snapshot(data.sequences, users, data.train_length, receptive).save(state / SNAPSHOT_FILE)
     build_feature_snapshot(data.sequences, users, data.train_length).save(

@@ -18,6 +18,8 @@ from common.data.arrays import TrainArrays, load_questions, question_parts
 from common.data.features import SEQUENCE_FIELDS, build_sequences, window_inputs
 from common.data.fold_data import Fold, load_fold_data
 from common.data.folds import FoldConfig, make_folds
+from common.data.past_features import attach_model_features, question_skills
+from common.data.past_state import build_feature_snapshot
 from common.data.schema import TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 from common.layout import DATA_SUBDIR
 from common.model.predict import predict_tails, to_tensors
@@ -25,6 +27,7 @@ from common.model.saint import SAINT, ModelConfig
 from common.model.tags import install_tags, tag_shape
 from common.stream import online
 from common.stream.api_loop import stream_loop
+from common.stream.blend_state import BlendState
 from common.stream.cache_pool import CachePool
 from common.stream.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
 from common.stream.online import OnlineState, Snapshot, build_snapshot
@@ -231,16 +234,30 @@ def random_model(n_questions: int, **overrides) -> SAINT:
     return model.eval()
 
 
+def attach_if_read(model: SAINT, data) -> np.ndarray | None:
+    """For a model that reads past-event features: attach them to the fold's sequences
+    (the batch computation) and return each question's skill; else None."""
+    if model.config.past_features == "none":
+        return None
+    skill = question_skills(data.questions, data.n_questions)
+    attach_model_features(data.sequences, skill)
+    return skill
+
+
 def stream_predictions(
     output_dir: Path, model: SAINT, frame=None, group_sizes=None, cache=4096, max_group=60
 ):
     data = load_fold_data(output_dir, 0)
     arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
     parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
+    skill = attach_if_read(model, data)
     snapshot = build_snapshot(
         data.sequences, arrays.users, data.train_length, model.config.receptive_field
     )
     state = OnlineState(model, parts, CPU, snapshot, cache_students=cache)
+    if skill is not None:  # the features, computed online beside the model's state
+        features = build_feature_snapshot(data.sequences, arrays.users, data.train_length)
+        state = BlendState(state, None, parts, skill, features)
     if frame is None:
         frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
         env = Emulator(frame, EmulatorConfig(seed=5, max_group_students=max_group))
@@ -258,6 +275,8 @@ def stream_predictions(
         ("mha", True),
         ("mha", "rasch"),
         pytest.param("mla", "rasch-readout", marks=pytest.mark.slow),
+        ("mha", "past-head"),
+        ("mha", "past-encoder"),
     ],
 )
 def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags, monkeypatch):
@@ -265,7 +284,8 @@ def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags, monk
     # several parts
     monkeypatch.setattr(online, "BUILD_PART", 2)
     data = load_fold_data(demo_dir, 0)
-    n_tags, max_tags = tag_shape(data.questions) if tags else (0, 1)
+    tagged = tags is True or str(tags).startswith("rasch")
+    n_tags, max_tags = tag_shape(data.questions) if tagged else (0, 1)
     model = random_model(
         data.n_questions,
         attention=attention,
@@ -274,8 +294,10 @@ def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags, monk
         max_tags=max_tags,
         question_embedding="rasch" if str(tags).startswith("rasch") else "id",
         readout="akt" if str(tags).endswith("readout") else "none",
+        past_features=str(tags).split("-")[1] if str(tags).startswith("past") else "none",
     )
-    if tags:
+    attach_if_read(model, data)  # the teacher-forced side reads the batch features
+    if tags is True or str(tags).startswith("rasch"):
         install_tags(model, data.questions)
     if str(tags).startswith("rasch"):  # difficulties start at zero; make them count
         with torch.no_grad():
@@ -302,7 +324,8 @@ def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags, monk
     )
     expected = pd.Series(batch, index=rows)[results["global_row"].to_numpy()].to_numpy()
     assert len(results) == len(rows) > 300
-    assert state.builds > 0 and state.rebuilds == 0
+    model_state = getattr(state, "model_state", state)  # beside the feature state, if any
+    assert model_state.builds > 0 and model_state.rebuilds == 0
     np.testing.assert_allclose(results["prediction"].to_numpy(), expected, atol=1e-5)
 
 

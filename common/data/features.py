@@ -84,6 +84,9 @@ class QuestionSequences:
     lag: np.ndarray  # (n,) int8 bucket
     container_first: np.ndarray  # (n,) int32 position of the container's first question
     timestamp: np.ndarray  # (n,) int64
+    # (n, len(MODEL_FEATURES)) float32: each question's past-event features, for a model
+    # that reads them (common.data.past_features.attach_model_features); None otherwise
+    past: np.ndarray | None = None
 
     @property
     def n_students(self) -> int:
@@ -93,8 +96,12 @@ class QuestionSequences:
         return np.diff(self.offsets)
 
     def take(self, index: np.ndarray) -> dict[str, np.ndarray]:
-        """The per-question fields at flat indices `index` (any shape)."""
-        return {name: getattr(self, name)[index] for name in SEQUENCE_FIELDS}
+        """The per-question fields at flat indices `index` (any shape), and the past-event
+        features where attached."""
+        fields = {name: getattr(self, name)[index] for name in SEQUENCE_FIELDS}
+        if self.past is not None:
+            fields["past"] = self.past[index]
+        return fields
 
 
 SEQUENCE_FIELDS = (
@@ -217,22 +224,27 @@ def step_inputs(
         "query_key_index": np.clip(limit - key_from[:, None], 0, n_key - 1).astype(np.int64),
         "key_position": key_pos.astype(np.int64),
         "key_valid": key_valid,
+        **_outcome_fields(previous, at_start, n_questions),
+        "key_lag": key["lag"].astype(np.int64),
+        "label": query["response"].astype(np.float32),
+        **({"past": query["past"].astype(np.float32)} if "past" in query else {}),
+    }
+
+
+def _outcome_fields(previous: dict, at_start: np.ndarray, n_questions: int) -> dict:
+    """The key stream's fields of the previous question (its outcome and what was known
+    with it); the start token's where a run of computation begins."""
+    question = previous["question"]
+    known = (question >= 0) & (question < n_questions)
+    return {
         "key_response": np.where(at_start, RESPONSE_START, previous["response"]).astype(np.int64),
         "key_elapsed": np.where(at_start, 0, previous["elapsed"]).astype(np.int64),
         "key_explanation": np.where(at_start, 0, previous["explanation"]).astype(np.int64),
         "key_answer": np.where(at_start, ANSWER_PAD, previous["answer"]).astype(np.int64),
         # the answered question (known with its outcome); n_questions + 1 at the start token
         "key_question": np.where(
-            at_start,
-            n_questions + 1,
-            np.where(
-                (previous["question"] >= 0) & (previous["question"] < n_questions),
-                previous["question"],
-                n_questions,
-            ),
+            at_start, n_questions + 1, np.where(known, question, n_questions)
         ).astype(np.int64),
-        "key_lag": key["lag"].astype(np.int64),
-        "label": query["response"].astype(np.float32),
     }
 
 

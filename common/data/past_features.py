@@ -64,6 +64,20 @@ FEATURE_NAMES = (
     "previous_elapsed",
 )
 CATEGORICAL = ("part",)
+# What a SAINT model reads of them (ModelConfig.past_features): each student's own past,
+# not the training rows' question-rate table (the model learns each question's difficulty
+# in its embeddings) nor the part (an encoder input already). Unlike the rate table, these
+# depend on nothing but the student's history: they are the same in every fold.
+MODEL_FEATURES = tuple(
+    name for name in FEATURE_NAMES if name not in ("question_rate", "question_count", "part")
+)
+MODEL_COLUMNS = [FEATURE_NAMES.index(name) for name in MODEL_FEATURES]
+# the model's inputs of counts and durations are log1p of the raw values; ratios are as is
+MODEL_LOG_FEATURES = tuple(
+    name
+    for name in MODEL_FEATURES
+    if name.endswith(("answered", "attempts", "size", "elapsed")) or name.startswith("seconds")
+)
 EXPLAINED = 2  # common.data.features' explanation code of "read it"
 
 
@@ -275,3 +289,17 @@ def question_count(rates: QuestionRates, question: np.ndarray) -> np.ndarray:
     question = np.asarray(question, dtype=np.int64)
     inside = (question >= 0) & (question < len(rates.count))
     return np.where(inside, rates.count[np.where(inside, question, 0)], 0).astype(np.float64)
+
+
+def attach_model_features(sequences: QuestionSequences, skill: np.ndarray) -> None:
+    """Set sequences.past to every question's MODEL_FEATURES (float32; NaN where
+    undefined): what a model with ModelConfig.past_features reads at each position, in
+    training and teacher-forced validation. Computed once; streaming computes the same
+    values online (common.data.past_state)."""
+    if sequences.past is not None:
+        return
+    no_rates = QuestionRates(np.zeros(1), np.zeros(1), 0.0)  # the rate columns are not read
+    every = np.arange(len(sequences.row))
+    sequences.past = past_features(sequences, every, skill, no_rates)[:, MODEL_COLUMNS].astype(
+        np.float32
+    )

@@ -34,6 +34,7 @@ from common.data.features import (
     N_RESPONSE,
     RESPONSE_START,
 )
+from common.data.past_features import MODEL_FEATURES, MODEL_LOG_FEATURES
 from common.data.schema import N_PARTS
 from common.model.attention import Attention, Blocks, Rotary, attention_mask
 from common.model.cache import ModelCache
@@ -44,6 +45,8 @@ from common.options import option
 # papers' SAINT decoder sees only the response
 DECODER_FEATURES = ("elapsed", "lag", "explanation", "answer", "question")
 MODEL_PRESETS = {"saint": (), "saint+": ("elapsed", "lag")}
+PAST_FEATURE_PLACES = ("none", "encoder", "head")
+LOG_COLUMNS = torch.tensor([name in MODEL_LOG_FEATURES for name in MODEL_FEATURES])
 
 
 def preset_name(decoder_features) -> str:
@@ -100,6 +103,19 @@ class ModelConfig:
         "with their outcomes as values (AKT's retriever), beside the decoder",
         choices=("none", "akt"),
     )
+    # the student's past-event features of each question (common.data.past_features:
+    # MODEL_FEATURES, the trees' features but the rate table and the part), as the trees
+    # read them: "encoder" adds their projection to each question's encoder input (they
+    # then travel in the streaming state's rings: 76 B a question); "head" feeds them with
+    # the decoder's output to a small network that adds a logit (only the current
+    # question's are needed)
+    past_features: str = option(
+        "none",
+        "none; encoder: add each question's past-event features (normalized, projected) "
+        "to its encoder input; head: feed them with the decoder's output to a small "
+        "network that adds to the logit",
+        choices=PAST_FEATURE_PLACES,
+    )
     rope_base: float = option(10000.0, "rotary embeddings' base")
     # share of each head's channels that rotary embeddings rotate. All of them: a query
     # must single out its own position among a window of keys (the decoder meets the
@@ -127,6 +143,10 @@ class ModelConfig:
             raise ValueError(f"rope_fraction must be in (0, 1], got {self.rope_fraction}")
         if self.attention not in ("mha", "mla"):
             raise ValueError(f"attention must be 'mha' or 'mla', got {self.attention!r}")
+        if self.past_features not in PAST_FEATURE_PLACES:
+            raise ValueError(
+                f"past_features must be one of {PAST_FEATURE_PLACES}, got {self.past_features!r}"
+            )
         if self.readout not in ("none", "akt"):
             raise ValueError(f"readout must be 'none' or 'akt', got {self.readout!r}")
         if self.question_embedding not in ("id", "rasch"):
@@ -327,6 +347,8 @@ class SAINT(nn.Module):
         self.head = nn.Linear(d, 1)
         if config.readout == "akt":
             self._add_readout(config)
+        if config.past_features != "none":
+            self._add_past_features(config)
         # queries per block of banded attention on long sequences (0: the window); a
         # speed setting only, the result is the same (see Blocks)
         self.attention_block = 0
@@ -395,6 +417,26 @@ class SAINT(nn.Module):
             nn.Linear(2 * d, d), nn.ReLU(), Dropout(config.dropout), nn.Linear(d, 1)
         )
 
+    def _add_past_features(self, config: ModelConfig) -> None:
+        """The past-event features' projection (encoder) or network (head)."""
+        d, width = config.d_model, 2 * len(MODEL_FEATURES)  # values and missing flags
+        if config.past_features == "encoder":
+            self.past_embed = nn.Linear(width, d)
+        else:
+            self.past_head = nn.Sequential(
+                nn.Linear(d + width, d), nn.ReLU(), Dropout(config.dropout), nn.Linear(d, 1)
+            )
+
+    @staticmethod
+    def _past(batch: dict[str, Tensor]) -> Tensor:
+        """(B, T, 2F): the past-event features (B, T, F), counts and durations as log1p,
+        with a flag per feature where it is undefined (NaN, read as 0)."""
+        past = batch["past"].float()
+        missing = torch.isnan(past)
+        value = past.masked_fill(missing, 0.0)  # (torch 1.7, the bundle's, has no nan_to_num)
+        value = torch.where(LOG_COLUMNS.to(past.device), torch.log1p(value.clamp(min=0)), value)
+        return torch.cat((value, missing.float()), -1)
+
     def _init_rasch_embeddings(self) -> None:
         # as AKT: every question starts as its tags' average (difficulty 0), and the
         # variation vectors start at unit scale, so that a difficulty's Adam step
@@ -427,6 +469,8 @@ class SAINT(nn.Module):
     def _encoder_input(self, batch: dict[str, Tensor]) -> Tensor:
         question = batch["question"]
         x = self.part_embed(batch["part"]) + self._question_vector(question)
+        if self.config.past_features == "encoder":
+            x = x + self.past_embed(self._past(batch))
         if self.config.difficulty_buckets:
             # training batches carry each row's bucket from other students' answers
             # (common.model.difficulty.out_of_fold_buckets); otherwise the question's bucket
@@ -527,7 +571,10 @@ class SAINT(nn.Module):
         memory = self._encode(batch, attend)  # (B, T, D)
         keys = self._key_stream(batch)  # (B, S, D)
         x = self._decode(batch, keys, memory, attend)  # (B, T, D)
-        logits = self.head(self.decoder_norm(x)).squeeze(-1)  # (B, T)
+        x = self.decoder_norm(x)
+        logits = self.head(x).squeeze(-1)  # (B, T)
+        if self.config.past_features == "head":
+            logits = logits + self.past_head(torch.cat((x, self._past(batch)), -1)).squeeze(-1)
         if self.config.readout == "akt":
             logits = logits + self._read_out(batch, keys, attend)
         return logits

@@ -11,34 +11,46 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from common.data.past_features import MODEL_COLUMNS
 from common.data.past_state import FeatureSnapshot, PastFeatureState, slot_bytes
+from common.data.question_rates import QuestionRates
 from common.data.schema import QUESTION
 from common.model.blend_bundle import BlendBundle
 from common.stream.online import NEW_STUDENT_SHARE, OnlineState
 
 
 class BlendState:
-    """`predict(test_df)`: the submission's probabilities for test_df's question rows.
-    With `record`, each group's model and tree probabilities are kept by row_id (04
-    scores them as rows of their own)."""
+    """`predict(test_df)`: the submission's probabilities for test_df's question rows:
+    the blend where the run has trees (`bundle`), else the model alone, whose past-event
+    features (a model with ModelConfig.past_features) come from the same feature state.
+    With `record` and trees, each group's model and tree probabilities are kept by row_id
+    (04 scores them as rows of their own)."""
 
     def __init__(
         self,
         model_state: OnlineState,
-        bundle: BlendBundle,
+        bundle: BlendBundle | None,
         parts: np.ndarray,
+        skill: np.ndarray,
         snapshot: FeatureSnapshot | None,
         record: bool = False,
     ):
         self.model_state = model_state
         self.bundle = bundle
-        self.features = PastFeatureState(parts, bundle.skill, bundle.rates, snapshot)
-        self.record = record
+        # without trees the rate table's columns are read by nothing: any table will do
+        rates = bundle.rates if bundle else QuestionRates(np.zeros(1), np.zeros(1), 0.0)
+        self.features = PastFeatureState(parts, skill, rates, snapshot)
+        self.model_reads = model_state.config.past_features != "none"
+        self.record = record and bundle is not None
         self.recorded: list[pd.DataFrame] = []
 
     def predict(self, test_df: pd.DataFrame) -> np.ndarray:
-        model = self.model_state.predict(test_df)
-        trees = self.bundle.trees.probability(self.features.group_features(test_df))
+        features = self.features.group_features(test_df)
+        past = features[:, MODEL_COLUMNS] if self.model_reads else None
+        model = self.model_state.predict(test_df, past)
+        if self.bundle is None:
+            return model
+        trees = self.bundle.trees.probability(features)
         if self.record:
             question = test_df["content_type_id"].to_numpy() == QUESTION
             self.recorded.append(

@@ -17,6 +17,7 @@ import torch
 
 from common.data.dataset import Dataset
 from common.data.fold_data import Fold, FoldData, check_fold_fingerprint, load_fold_data
+from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
 from common.device import device_option, resolve_device
 from common.files import atomic_file, json_values, write_json, write_run_record, write_text
@@ -123,11 +124,15 @@ def fold_state(
     as `bundle`). The model's state is sized first: a state budget too small is refused
     before the trees are fitted. The snapshots are dropped on return."""
     users = dataset.arrays.users
+    skill = question_skills(dataset.questions, dataset.n_questions)
+    model_reads = model.config.past_features != "none"
+    if model_reads:  # the snapshot carries them for the model's cache builds
+        attach_model_features(data.sequences, skill)
     snapshot = build_snapshot(
         data.sequences, users, data.train_length, model.config.receptive_field
     )
     features = None
-    if config.feature_baseline:
+    if config.feature_baseline or model_reads:
         features = build_feature_snapshot(data.sequences, users, data.train_length)
     model_state = OnlineState(
         model, dataset.parts, checkpoint["device"], snapshot, config.cache_students,
@@ -135,9 +140,11 @@ def fold_state(
     )  # fmt: skip
     if features is None:
         return model_state
-    epoch = checkpoint.get("epoch")
-    bundle = fold_blend_bundle(run_dir, data.fold, dataset, epoch, config.trees)
-    return BlendState(model_state, bundle, dataset.parts, features, record=True)
+    bundle = None
+    if config.feature_baseline:
+        epoch = checkpoint.get("epoch")
+        bundle = fold_blend_bundle(run_dir, data.fold, dataset, epoch, config.trees)
+    return BlendState(model_state, bundle, dataset.parts, skill, features, record=True)
 
 
 def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
@@ -161,7 +168,7 @@ def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
     timing = stream_loop(env, state, config.progress)
     results = stream_results(env, state, arrays, fold)
     table = stream_metrics(results, parts)
-    bundle = state.bundle if isinstance(state, BlendState) else None
+    bundle = getattr(state, "bundle", None)
     summary = stream_summary(config, checkpoint, state, table, bundle, timing)
     if bundle is not None:
         bundle.save(folder)
@@ -178,7 +185,7 @@ def stream_results(env: Emulator, state, arrays, fold: Fold) -> pd.DataFrame:
     results = env.results()
     student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1
     results["new_student"] = fold.user_cut[student] == 0
-    if isinstance(state, BlendState):
+    if getattr(state, "bundle", None) is not None:
         parts = state.parts_of_predictions().set_index("row_id")
         for column in ("model_prediction", "trees_prediction"):
             results[column] = parts[column].reindex(results["row_id"]).to_numpy()

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from common.data.dataset import Dataset
+from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
 from common.files import atomic_dir, write_json, write_text
 from common.layout import (
@@ -44,11 +45,13 @@ from common.layout import (
     KAGGLE_DATASET_SUBDIR,
     KAGGLE_KERNEL_SUBDIR,
     PARTS_FILE,
+    SKILLS_FILE,
     SNAPSHOT_FILE,
     state_dir,
 )
 from common.model.blend_bundle import BUNDLE_FILES
 from common.model.checkpoint import save_inference_checkpoint
+from common.model.saint import ModelConfig
 from common.options import option
 from common.stream.kaggle_notebook import COMPETITION
 from common.stream.online import build_snapshot
@@ -244,17 +247,24 @@ def copy_blend_bundle(source: Path, dest: Path) -> bool:
     return True
 
 
-def write_state(output_dir: Path, folder: Path, receptive_field: int, with_features: bool):
+def write_state(output_dir: Path, folder: Path, model: ModelConfig, with_trees: bool):
     """Every student's start state, from every question of the data: the model's last
-    `receptive_field` questions (SNAPSHOT_FILE) and part by question (PARTS_FILE); with
-    the trees, the whole question history their features read (FEATURE_SNAPSHOT_FILE)."""
+    receptive field of questions (SNAPSHOT_FILE; with their past-event features for a
+    model that reads them), part and skill by question (PARTS_FILE, SKILLS_FILE); with
+    the trees or such a model, the whole question history the features read
+    (FEATURE_SNAPSHOT_FILE)."""
     dataset = Dataset.load(output_dir)
     sequences, users = dataset.sequences, dataset.arrays.users
-    snapshot = build_snapshot(sequences, users, sequences.lengths(), receptive_field)
+    skill = question_skills(dataset.questions, dataset.n_questions)
+    reads = model.past_features != "none"
+    if reads:
+        attach_model_features(sequences, skill)
+    snapshot = build_snapshot(sequences, users, sequences.lengths(), model.receptive_field)
     snapshot.save(folder / SNAPSHOT_FILE)
     del snapshot
     np.save(str(folder / PARTS_FILE), dataset.parts)
-    if with_features:
+    np.save(str(folder / SKILLS_FILE), skill)
+    if with_trees or reads:
         build_feature_snapshot(sequences, users, sequences.lengths()).save(
             folder / FEATURE_SNAPSHOT_FILE
         )
@@ -271,7 +281,7 @@ def export_kaggle(
     with atomic_dir(dataset_dir) as tmp:
         config = save_inference_checkpoint(checkpoint, tmp / model / "best.pt")
         blend = copy_blend_bundle(checkpoint.parent, tmp / model)
-        write_state(output_dir, state_dir(tmp), config.receptive_field, with_features=blend)
+        write_state(output_dir, state_dir(tmp), config, with_trees=blend)
         write_code(tmp / CODE_SUBDIR)
         write_json(
             tmp / "dataset-metadata.json",

@@ -20,7 +20,7 @@ import numpy as np
 from common.data.past_state import FeatureSnapshot
 from common.device import resolve_device
 from common.errors import UserError
-from common.layout import FEATURE_SNAPSHOT_FILE, PARTS_FILE, SNAPSHOT_FILE, state_dir
+from common.layout import FEATURE_SNAPSHOT_FILE, PARTS_FILE, SKILLS_FILE, SNAPSHOT_FILE, state_dir
 from common.model.blend_bundle import BlendBundle
 from common.model.checkpoint import load_model
 from common.stream.api_loop import stream_loop
@@ -93,7 +93,7 @@ def run_submission(
         timing,
         checkpoint=str(checkpoint_path),
         epoch=checkpoint.get("epoch"),
-        submits="blend" if isinstance(state, BlendState) else "model",
+        submits="blend" if getattr(state, "bundle", None) else "model",
         state_bytes=state.state_bytes(),
         device=str(torch_device),
     )
@@ -106,12 +106,13 @@ def bundle_state(bundle: Path, model: str, net, device, cache_students: int, bud
     ships trees for <model>/ (common.model.blend_bundle), the feature state beside it
     (common.stream.blend_state.BlendState: the blend is submitted). The feature state's
     planned bytes come out of `budget` first; the rest sizes the model's cache pool."""
-    parts = np.load(str(state_dir(bundle) / PARTS_FILE))
-    snapshot = Snapshot.load(state_dir(bundle) / SNAPSHOT_FILE)
+    state = state_dir(bundle)
+    parts = np.load(str(state / PARTS_FILE))
+    snapshot = Snapshot.load(state / SNAPSHOT_FILE)
     blend = BlendBundle.load(bundle / model)
-    if blend is None:
+    if blend is None and net.config.past_features == "none":
         return OnlineState(net, parts, device, snapshot, cache_students, budget)
-    features = FeatureSnapshot.load(state_dir(bundle) / FEATURE_SNAPSHOT_FILE)
+    features = FeatureSnapshot.load(state / FEATURE_SNAPSHOT_FILE)
     reserved = feature_state_budget(features)
     model_state = OnlineState(net, parts, device, snapshot, cache_students, budget, reserved)
-    return BlendState(model_state, blend, parts, features)
+    return BlendState(model_state, blend, parts, np.load(str(state / SKILLS_FILE)), features)

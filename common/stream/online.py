@@ -34,13 +34,13 @@ import torch
 
 from common.data.features import (
     ANSWER_PAD,
-    SEQUENCE_FIELDS,
     QuestionSequences,
     elapsed_bucket,
     explanation_code,
     lag_bucket,
     step_inputs,
 )
+from common.data.past_features import MODEL_FEATURES
 from common.data.schema import QUESTION
 from common.errors import UserError
 from common.files import atomic_file
@@ -73,6 +73,9 @@ FIELD_DTYPES = {
     "container_first": np.int64,
     "timestamp": np.int64,
 }
+
+
+PAST_DTYPE = np.float32  # a model's past-event features (ModelConfig.past_features)
 
 
 class StateMemoryError(UserError, RuntimeError):
@@ -161,12 +164,12 @@ def build_snapshot(
     n_items = length[keep].astype(np.int64)
     positions = n_items[:, None] - keep_last + np.arange(keep_last)  # (n, L)
     index = sequences.offsets[keep][:, None] + np.clip(positions, 0, None)
-    fields = {name: getattr(sequences, name)[index] for name in SEQUENCE_FIELDS}
+    fields = sequences.take(index)  # with the past-event features where attached
     last_first = fields["container_first"][:, -1].astype(np.int64)
     unrevealed = positions >= last_first[:, None]
     fields["elapsed"] = np.where(unrevealed, 0, fields["elapsed"])
     fields["explanation"] = np.where(unrevealed, 0, fields["explanation"])
-    fields = {k: v.astype(FIELD_DTYPES[k]) for k, v in fields.items()}
+    fields = {k: v.astype(FIELD_DTYPES.get(k, PAST_DTYPE)) for k, v in fields.items()}
     return Snapshot(np.asarray(users)[keep].astype(np.int64), n_items, last_first, fields)
 
 
@@ -208,6 +211,11 @@ class OnlineState:
         self.ring = self.context + RING_EXTRA
         self.parts = parts
         self.device = device
+        # the ring fields: the sequences' and, for a model that reads them, the past-event
+        # features of each question (a trailing axis of their own)
+        self.fields = {name: (dtype, ()) for name, dtype in FIELD_DTYPES.items()}
+        if model.config.past_features != "none":
+            self.fields["past"] = (PAST_DTYPE, (len(MODEL_FEATURES),))
         self.slot_of: dict[int, int] = {}
         self.capacity = 0
         self.rings: dict[str, np.ndarray] = {}
@@ -279,10 +287,11 @@ class OnlineState:
             out[: len(array)] = array
             return out
 
-        for name, dtype in FIELD_DTYPES.items():
-            self.rings[name] = grown(
-                self.rings.get(name, np.zeros((0, self.ring), dtype=dtype)), 0, self.ring
-            )
+        for name, (dtype, trailing) in self.fields.items():
+            old = self.rings.get(name, np.zeros((0, self.ring, *trailing), dtype=dtype))
+            ring = np.zeros((capacity, self.ring, *trailing), dtype=dtype)
+            ring[: len(old)] = old
+            self.rings[name] = ring
         self.n_items = grown(self.n_items, 0)
         self.last_first = grown(self.last_first, -1)
         self.last_timestamp = grown(self.last_timestamp, -1)
@@ -302,6 +311,12 @@ class OnlineState:
             raise ValueError(
                 f"snapshot keeps {length} questions per student, the model's receptive "
                 f"field is {self.context}"
+            )
+        if set(snapshot.fields) != set(self.fields):
+            raise ValueError(
+                f"the snapshot holds {sorted(snapshot.fields)}, the model's state needs "
+                f"{sorted(self.fields)} (a model that reads past-event features needs them "
+                "in its snapshot: common.data.past_features.attach_model_features)"
             )
         n = len(snapshot.users)
         slots = np.arange(n)
@@ -332,12 +347,15 @@ class OnlineState:
         return slots
 
     def state_bytes_per_student(self) -> dict[str, float]:
-        ring = sum(r.itemsize * self.ring for r in self.rings.values()) + 6 * 8
+        ring = sum(r[0].nbytes for r in self.rings.values()) + 6 * 8
         return {"ring": ring, "cache": self.pool.bytes_per_student()}
 
     def student_bytes(self) -> int:
         """Bytes the state holds per student slot, besides the cache pool."""
-        ring = sum(np.dtype(d).itemsize for d in FIELD_DTYPES.values()) * self.ring
+        ring = self.ring * sum(
+            np.dtype(dtype).itemsize * int(np.prod(trailing))
+            for dtype, trailing in self.fields.values()
+        )
         return ring + STUDENT_ARRAYS_BYTES + SLOT_INDEX_BYTES
 
     def state_bytes(self) -> dict[str, int | None]:
@@ -392,8 +410,15 @@ class OnlineState:
         answer = np.where((answer_list >= 0) & (answer_list < ANSWER_PAD), answer_list, ANSWER_PAD)
         self.rings["answer"][slot[known], column] = answer[known]
 
-    def predict(self, test_df: pd.DataFrame) -> np.ndarray:
-        """Probabilities for test_df's question rows, in their order."""
+    def predict(self, test_df: pd.DataFrame, past: np.ndarray | None = None) -> np.ndarray:
+        """Probabilities for test_df's question rows, in their order. `past`: their
+        past-event features (MODEL_FEATURES, one row per question row), for a model that
+        reads them (common.data.past_state computes them online)."""
+        if ("past" in self.rings) != (past is not None):
+            raise ValueError(
+                "a model that reads past-event features needs them with every group, and "
+                "only such a model takes them"
+            )
         if len(test_df) and "prior_group_answers_correct" in test_df.columns:
             # the API puts the lists on the group's first row, whatever its type; taken
             # from the first row that has them, so a reordered frame loses nothing
@@ -418,6 +443,8 @@ class OnlineState:
                 "prior_question_had_explanation",
             )
         }
+        if past is not None:
+            rows["past"] = np.asarray(past, dtype=PAST_DTYPE)
         users = rows["user_id"].astype(np.int64)
         unique, first_row, inverse, counts = np.unique(
             users, return_index=True, return_inverse=True, return_counts=True
@@ -478,6 +505,8 @@ class OnlineState:
             "container_first": start[inverse],
             "timestamp": timestamp[inverse],
         }
+        if "past" in rows:
+            values["past"] = rows["past"]
         column = position % self.ring
         for name, value in values.items():
             self.rings[name][slots[inverse], column] = value

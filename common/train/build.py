@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from common.data.fold_data import FoldData
+from common.data.past_features import attach_model_features, question_skills
 from common.device import Distributed, autocast_dtype
 from common.model.difficulty import install_difficulty, out_of_fold_buckets
 from common.model.distill import check_distill_options, load_teacher
@@ -46,6 +47,8 @@ def build(
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
     random.seed(config.seed)
+    if config.model.past_features != "none":  # then every batch carries them
+        attach_model_features(data.sequences, question_skills(data.questions, data.n_questions))
     shape = tag_shape(data.questions) if config.tags else (0, 1)
     model_config = config.model_config(data.n_questions, shape)
     model = SAINT(model_config).to(device)
