@@ -25,6 +25,7 @@ from common.inputs.kt_datasets import (
     preset_config,
 )
 from common.inputs.kt_readers import LINE_FORMATS
+from common.options import at_least
 
 SHARED_DATA = Path("../shared/data")  # where the shared real data sits beside the checkout
 
@@ -54,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--input-folds",
         nargs="+",
-        type=int,
+        type=cli.ranged(int, at_least(-1)),
         help="the shipped fold of each input file's students (-1: none); "
         "omit for no user_folds.csv (default: the preset's)",
     )
@@ -67,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--timestamp-step-ms",
-        type=int,
+        type=cli.ranged(int, at_least(1)),
         default=TIMESTAMP_STEP_MS,
         help="milliseconds between a student's consecutive rows, for files without times "
         "(default: %(default)s)",
@@ -112,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     output_dir = args.output_dir or Path("input") / config.name
-    return cli.guarded(lambda: convert(config, output_dir))
+    return cli.guarded(
+        lambda: convert(config, output_dir),
+        "nothing was written (the output folder appears whole or not at all); run it again",
+    )
 
 
 def convert(config: ConversionConfig, output_dir: Path) -> None:

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         print(preprocess(config).report())
         print(f"wrote {config.output_dir / 'data'}")
 
-    return cli.guarded(run)
+    return cli.guarded(run, "nothing was written (data/ appears whole or not at all); run it again")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> int:
         report(make_folds(args.output_dir, config, args.input_dir), config)
         print(f"wrote {folds_dir(args.output_dir)}")
 
-    return cli.guarded(run)
+    return cli.guarded(
+        run, "nothing was written (folds/ appears whole or not at all); run it again"
+    )
 
 
 def report(stats: list[dict], config: FoldConfig) -> None:

@@ -65,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             Distributed.from_env().close()  # torchrun: one process group for every fold
 
-    return cli.guarded(run)
+    return cli.guarded(
+        run,
+        "the epochs finished so far are kept in the run's fold folder (epoch_NN.pt, best.pt); "
+        "the same command with --resume continues after the last one",
+    )
 
 
 def report(config: TrainConfig, history: list[dict], where: Path) -> None:

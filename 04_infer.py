@@ -30,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_config_flags(parser, InferConfig)
     cli.fold_list_flag(parser)
     config, args = cli.parse_config(parser, InferConfig, argv)
-    return cli.guarded(lambda: infer(config, args.output_dir, args.run))
+    return cli.guarded(
+        lambda: infer(config, args.output_dir, args.run),
+        "the folds streamed so far are kept; the same command streams the others (with "
+        "--fold all, a fold streamed already is kept)",
+    )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         run = choose_run(args.output_dir, args.run, latest_run(args.output_dir, "stream"))
         report(evaluate(args.output_dir, args.input_dir, config, run))
 
-    return cli.guarded(body)
+    return cli.guarded(
+        body, "the run's report (report.md, report/) is as it was: run the command again"
+    )
 
 
 def report(head: Evaluation) -> None:

@@ -1,11 +1,13 @@
-"""Ablation of the modeling options of issue 17 (the AKT read-out, the boosted-features
-baseline and the blend) on fold 0 of the quick start's demo and of assist2009_pid.
+"""Ablation of the modeling options (the AKT read-out; the past-event features read by the
+model, in its encoder or at its head; the boosted-features baseline and the blend) on
+fold 0 of the quick start's demo and of assist2009_pid.
 
 Demo: the quick start's 2,000 students (00-02 as run_demo.sh), then per variant 03 (the
 quick start's recipe, best.pt chosen on the inner split), 04 streaming fold 0 and 05
-(which fits the boosted features on the fold's training rows and chooses the blend's
-weight on the inner split). assist2009_pid: fold 0 of every bench/kt/run.py model run with
-`--checkpoint best` found under --kt-dir, and its `baselines` run (none is run here).
+(04 fits the boosted features on the fold's training rows, chooses the blend's weight on
+the inner split and streams the blend; 05 scores the model, the trees and the blend).
+assist2009_pid: fold 0 of every bench/kt/run.py model run with `--checkpoint best` found
+under --kt-dir, and its `baselines` run (none is run here).
 
     python -m bench.bench_options                 # the demo variants, then the table
     python -m bench.bench_options --table-only    # the table from finished runs
@@ -38,7 +40,13 @@ from common.model.boosting import FEATURE_BASELINE
 from common.tables import markdown_table
 
 DEMO_USERS, DEMO_SEED = 2000, 0
-VARIANTS = {"SAINT+ (quick start)": [], "SAINT+ + AKT read-out": ["--readout", "akt"]}
+VARIANTS = {
+    "SAINT+ (quick start)": [],
+    "SAINT+ + AKT read-out": ["--readout", "akt"],
+    # issue 26: where the past-event features enter the model
+    "SAINT+ + past features (encoder)": ["--past-features", "encoder"],
+    "SAINT+ + past features (head)": ["--past-features", "head"],
+}
 KT_DATASET = "assist2009_pid-keep-akt5"
 HEADER = [
     "data (fold 0)", "variant", "model AUC", "boosted features AUC", "blend AUC (weight)",
@@ -131,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(demo_row(name, out))
     rows += kt_rows(args.kt_dir)
     report = Report("options", args.results)
-    report.header("bench/bench_options.py: read-out, boosted features, blend", "torch", "sklearn")
+    report.header(
+        "bench/bench_options.py: read-out, past-event features, boosted features, blend",
+        "torch",
+        "sklearn",
+    )
     report(markdown_table(HEADER, rows, "ll" + "r" * (len(HEADER) - 2)))
     report.write()
     return 0

@@ -27,6 +27,7 @@ from dataclasses import MISSING, Field, fields, is_dataclass
 from pathlib import Path
 
 from common.errors import UserError
+from common.options import Range, check_range
 
 
 def _plain_type(annotation: object) -> tuple[type, bool]:
@@ -63,7 +64,29 @@ def _flag_fields(cls: type, prefix: str = ""):
             yield f"{prefix}{f.name}", name, f, annotation
 
 
-def _comma_list(kind: type) -> Callable[[str], tuple]:
+def _ranged(kind: type, f: Field) -> Callable[[str], object]:
+    """The flag's type: `kind`, and for a number its declared range (common.options), so
+    that argparse names the flag and the value of a number outside it."""
+    return ranged(kind, f.metadata.get("range"))
+
+
+def ranged(kind: type, valid: Range | None) -> Callable[[str], object]:
+    """An argparse type: `kind` within `valid` (None: any), refused as argparse refuses a
+    bad value (exit 2, the flag and the value named)."""
+
+    def parse(text: str) -> object:
+        value = kind(text)
+        try:
+            check_range("", value, {"range": valid})
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error).strip()) from None
+        return value
+
+    parse.__name__ = kind.__name__  # what argparse calls it in "invalid float value"
+    return parse
+
+
+def _comma_list(kind: Callable[[str], object]) -> Callable[[str], tuple]:
     def parse(text: str) -> tuple:
         return tuple(kind(item) for item in text.split(",") if item.strip())
 
@@ -109,8 +132,12 @@ def add_config_flags(
             options["required"] = True
         shown = ",".join(map(str, default)) if isinstance(default, tuple | list) else default
         if default is not MISSING:
-            text = f"{text} (default: {'none' if shown is None else shown})".lstrip()
-        options["type"] = _comma_list(kind) if sequence else kind
+            valid = f.metadata.get("range")
+            bound = f"; {valid.describe()}" if valid is not None else ""
+            shown = f.metadata.get("shown_default", "none" if shown is None else shown)
+            text = f"{text} (default: {shown}{bound})".lstrip()
+        parse = _ranged(kind, f) if kind in (int, float) else kind
+        options["type"] = _comma_list(parse) if sequence else parse
         if "choices" in f.metadata:  # argparse shows them in place of a metavar
             options["choices"] = f.metadata["choices"]
         else:
@@ -202,6 +229,7 @@ def _file_value(where: str, value: object, f: Field, annotation: object) -> obje
             raise ValueError(f"{where}: {item!r}, but the field takes a {kind.__name__}")
         if choices is not None and item not in choices:
             raise ValueError(f"{where}: {item!r} is not one of {', '.join(map(str, choices))}")
+        check_range(f"{where}:", item, f.metadata)
         checked.append(kind(item) if kind in (int, float) else item)
     return tuple(checked) if sequence else checked[0]
 
@@ -356,10 +384,19 @@ def path_flags(
     )
 
 
-def guarded(body: Callable[[], int | None]) -> int:
-    """Run a script's body; a failure the user can fix prints `error: ...` and returns 2."""
+INTERRUPTED = 130  # a shell's status for a process stopped by Ctrl-C (128 + SIGINT)
+
+
+def guarded(body: Callable[[], int | None], interrupted: str = "") -> int:
+    """Run a script's body; a failure the user can fix prints `error: ...` and returns 2;
+    Ctrl-C prints one line, `interrupted: ` and what was kept and how to go on (every file
+    is written whole: a temp file, then a rename), and returns 130."""
     try:
         return body() or 0
     except (UserError, FileNotFoundError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        kept = interrupted or "every file written so far is whole; run the command again"
+        print(f"\ninterrupted: {kept}", file=sys.stderr)
+        return INTERRUPTED

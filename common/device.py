@@ -17,6 +17,13 @@ def device_option():
     return option("auto", "auto: CUDA when present", choices=("auto", "cpu", "cuda"))
 
 
+def check_device(name: str) -> None:
+    """Refuse (ValueError, which a script's flag parsing turns into a usage error) a
+    --device this machine does not have."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device here (--device cpu or auto)")
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -49,6 +49,7 @@ INNER_PREDICTIONS = "inner_predictions.parquet"
 # in fold{k}/, written by 04: the fold's streamed predictions in the competition's columns
 # (row_id, answered_correctly); only the Kaggle notebook writes a submission.csv
 VALIDATION_PREDICTIONS = "validation_predictions.csv"
+DATA_FINGERPRINT = "fingerprint.json"  # in data/: a digest of stage 1's output (02 records it)
 CONFIG_FILE = "config.json"  # in fold{k}/ and full/: the run's config, --config reads it back
 # in fold{k}/ and full/, written by 04 beside the checkpoint it streams (and shipped with it
 # in the Kaggle bundle's <model>/): the boosted trees over past-event features, the inputs

@@ -361,7 +361,15 @@ def fold_export(tmp_path_factory):
     flags = ("--output-dir", out, "--run", RUN, "--fold", 0, "--no-progress", "--device", "cpu")
     for script, *extra in (
         ("03_train.py", *tiny, "--epochs", 2, "--warmup", 5, "--past-features", "head"),
-        ("04_infer.py", "--kaggle-dir", tmp / "kaggle", "--kaggle-dataset-id", DATASET_ID),
+        (
+            "04_infer.py",
+            "--kaggle-dir",
+            tmp / "kaggle",
+            "--kaggle-dataset-id",
+            DATASET_ID,
+            "--test-csv",
+            shared_file("riiid_example_test", "example_test_reconstructed.csv"),
+        ),
     ):
         done = run_numbered_script(script, *flags, *extra)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -372,7 +380,8 @@ def fold_export(tmp_path_factory):
     stream = tmp / "fold_stream.csv"
     served_stream(data, fold).to_csv(stream, index=False)
     kernel = tmp / "kaggle" / "kernel"
-    return {"dataset": dataset, "kernel": kernel, "stream": stream, "rows": rows}
+    trial = tmp / "kaggle" / "trial" / "working" / "submission.csv"
+    return {"dataset": dataset, "kernel": kernel, "stream": stream, "rows": rows, "trial": trial}
 
 
 def fold_start_state(out: Path, dataset: Path) -> None:
@@ -420,6 +429,20 @@ def test_the_cell_submits_05s_blend_on_a_folds_stream(fold_export, tmp_path):
     weight = json.loads((fold_export["dataset"] / "fold0" / "blend.json").read_text())["weight"]
     expected = logit_blend(rows[MODEL].to_numpy(), rows[FEATURE_BASELINE].to_numpy(), weight)
     np.testing.assert_allclose(submitted[rows.index].to_numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.slow  # the fold_export fixture trains and streams
+def test_04_tries_the_exported_notebook_on_a_test_file(fold_export):
+    """04 --test-csv: the exported notebook's cell ran on the real example test through
+    the local stand-in API and wrote submission.csv: a probability for each question row,
+    once (the example's lectures are not predicted)."""
+    example = pd.read_csv(shared_file("riiid_example_test", "example_test_reconstructed.csv"))
+    questions = example.loc[example["content_type_id"] == 0, "row_id"]
+    submitted = pd.read_csv(fold_export["trial"])
+    assert list(submitted.columns) == ["row_id", "answered_correctly"]
+    assert sorted(submitted["row_id"]) == sorted(questions)
+    assert submitted["answered_correctly"].between(0, 1).all()
+    assert submitted["answered_correctly"].nunique() > 20
 
 
 def test_the_api_is_looked_for_in_the_competitions_folder(tmp_path, monkeypatch):

@@ -231,6 +231,8 @@ def random_model(n_questions: int, **overrides) -> SAINT:
     with torch.no_grad():  # weights large enough that questions far back move predictions
         for parameter in model.parameters():
             parameter.mul_(3.0)
+        if hasattr(model, "past_embed"):  # zero at the start of training: make it count
+            model.past_embed.weight.normal_()
     return model.eval()
 
 

@@ -41,6 +41,14 @@ MODEL_FLAGS = {
         "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
         "--difficulty-buckets", "20",
     ),
+    "saint-rasch-readout-past-encoder": (
+        "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
+        "--past-features", "encoder",
+    ),
+    "saint-rasch-readout-past-head": (
+        "--model", "saint", "--tags", "--question-embedding", "rasch", "--readout", "akt",
+        "--past-features", "head",
+    ),
 }  # fmt: skip
 # the baselines alone (05's three, the boosted features included) on each fold's stream
 # rows, without a model: cheap rows for the table
@@ -56,6 +64,12 @@ MODEL_NAMES = {
     "saint-rasch-readout": "SAINT + Rasch skill embeddings + AKT read-out",
     "saint-readout": "SAINT + AKT read-out",
     "saint-rasch-readout-difficulty": "SAINT + Rasch skill embeddings + AKT read-out + difficulty",
+    "saint-rasch-readout-past-encoder": (
+        "SAINT + Rasch skill embeddings + AKT read-out + past features (encoder)"
+    ),
+    "saint-rasch-readout-past-head": (
+        "SAINT + Rasch skill embeddings + AKT read-out + past features (head)"
+    ),
     BASELINES_ONLY: BASELINES_ONLY,
 }  # fmt: skip
 # the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine

@@ -16,6 +16,7 @@ page cache and nothing is parsed twice.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from common.data.schema import TRAIN_DTYPES
-from common.layout import ARRAYS_SUBDIR
+from common.errors import UserError
+from common.layout import ARRAYS_SUBDIR, DATA_FINGERPRINT
 
 # Flat per-row arrays. Missing values: user_answer -> ANSWER_UNKNOWN (lectures keep -1),
 # prior_question_had_explanation -> -1, prior_question_elapsed_time -> NaN.
@@ -62,6 +64,8 @@ class TrainArrays:
     @classmethod
     def load(cls, data_dir: str | Path, mmap: bool = True) -> TrainArrays:
         folder = Path(data_dir) / ARRAYS_SUBDIR
+        if not (folder / "manifest.json").exists():
+            raise UserError(f"{data_dir} holds no stage-1 data: run 01_preprocess.py first")
         manifest = json.loads((folder / "manifest.json").read_text())
 
         def read(name: str, dtype: str, length: int) -> np.ndarray:
@@ -119,3 +123,29 @@ def question_parts(questions: pd.DataFrame) -> np.ndarray:
     parts = np.zeros(int(questions["question_id"].max()) + 1, dtype=np.int8)
     parts[questions["question_id"].to_numpy()] = questions["part"].to_numpy()
     return parts
+
+
+HASH_BLOCK = 8 << 20  # bytes read at a time while hashing
+
+
+def write_data_fingerprint(data_dir: Path) -> str:
+    """A sha256 over stage 1's output (every array file and the question and lecture
+    tables), written to data/DATA_FINGERPRINT: 02 records it with the folds it makes, and
+    03, 04 and 05 refuse folds made from other data (common.data.fold_data.Fold.load)."""
+    digest = hashlib.sha256()
+    files = sorted((data_dir / ARRAYS_SUBDIR).glob("*.bin"))
+    files += [data_dir / "questions.parquet", data_dir / "lectures.parquet"]
+    for path in files:
+        digest.update(path.name.encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda h=handle: h.read(HASH_BLOCK), b""):
+                digest.update(block)
+    fingerprint = digest.hexdigest()[:16]
+    (data_dir / DATA_FINGERPRINT).write_text(json.dumps({"sha256": fingerprint}) + "\n")
+    return fingerprint
+
+
+def data_fingerprint(data_dir: str | Path) -> str | None:
+    """Stage 1's fingerprint of the data in `data_dir` (None: data from before it had one)."""
+    path = Path(data_dir) / DATA_FINGERPRINT
+    return json.loads(path.read_text())["sha256"] if path.exists() else None

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.data.arrays import TrainArrays
+from common.data.arrays import TrainArrays, data_fingerprint
 from common.data.dataset import Dataset
 from common.data.features import QuestionSequences
 from common.errors import UserError
-from common.layout import FOLDS_SUBDIR, fold_file
+from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, fold_file
 
 
 @dataclass
@@ -40,9 +40,11 @@ class Fold:
         path = fold_file(output_dir, index)
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: run 02_make_folds.py first")
+        manifest = load_fold_config(output_dir)
+        check_made_from(manifest, output_dir)
         raw = path.read_bytes()
         digest = hashlib.sha256(raw)
-        config = load_fold_config(output_dir)["config"]
+        config = manifest["config"]
         digest.update(json.dumps(config, sort_keys=True).encode())
         fingerprint = {"fold": index, "sha256": digest.hexdigest()[:16], "config": config}
         with np.load(io.BytesIO(raw)) as data:
@@ -61,15 +63,32 @@ class Fold:
 
 
 def load_fold_config(output_dir: str | Path) -> dict:
-    return json.loads((Path(output_dir) / FOLDS_SUBDIR / "folds.json").read_text())
-
-
-def fold_count(output_dir: str | Path) -> int:
-    """How many folds stage 2 made in `output_dir`."""
+    """folds/folds.json: the fold config, statistics and the data they were made from."""
     path = Path(output_dir) / FOLDS_SUBDIR / "folds.json"
     if not path.exists():
         raise UserError(f"{path} not found: run 02_make_folds.py first")
-    return len(load_fold_config(output_dir)["folds"])
+    return json.loads(path.read_text())
+
+
+def check_made_from(manifest: dict, output_dir: str | Path) -> None:
+    """Raise FoldMismatchError unless the folds were made from the data in
+    output_dir/data (stage 1's fingerprint, which 02 records): 01 run again on other data
+    leaves folds whose rows are not the data's."""
+    recorded = manifest.get("data_fingerprint")
+    current = data_fingerprint(Path(output_dir) / DATA_SUBDIR)
+    if recorded != current:
+        raise FoldMismatchError(
+            f"{Path(output_dir) / FOLDS_SUBDIR} were made from other data (fingerprint "
+            f"{recorded}) than {Path(output_dir) / DATA_SUBDIR} holds now ({current}): run "
+            f"02_make_folds.py again"
+        )
+
+
+def fold_count(output_dir: str | Path) -> int:
+    """How many folds stage 2 made in `output_dir` (from the data there now)."""
+    manifest = load_fold_config(output_dir)
+    check_made_from(manifest, output_dir)
+    return len(manifest["folds"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -134,7 +153,15 @@ def inner_cut(
         raise ValueError(f"inner validation share must be in [0, 1), got {share}")
     cut = np.asarray(train_length, dtype=np.int64).copy()
     candidates = np.flatnonzero(cut > 0)
-    chosen = np.sort(rng.choice(candidates, size=round(share * len(candidates)), replace=False))
+    size = round(share * len(candidates))
+    if share > 0 and not 0 < size < len(candidates):
+        side = "no student in the inner split" if size == 0 else "no student to train on"
+        raise UserError(
+            f"--inner-share {share:g} of the fold's {len(candidates):,} training students "
+            f"leaves {side}: choose a share between {1 / max(len(candidates), 1):.3g} and "
+            f"{1 - 1 / max(len(candidates), 1):.3g}"
+        )
+    chosen = np.sort(rng.choice(candidates, size=size, replace=False))
     held_out = rng.random(len(chosen)) < new_share
     for student, new in zip(chosen.tolist(), held_out.tolist(), strict=True):
         first = container_first[offsets[student] : offsets[student] + cut[student]]

@@ -39,29 +39,34 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from common.data.arrays import TrainArrays, container_starts
+from common.data.arrays import TrainArrays, container_starts, data_fingerprint
 from common.data.fold_data import Fold
 from common.data.schema import QUESTION, InputError
+from common.errors import UserError
 from common.files import atomic_dir, write_run_record
 from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, ROW_FOLDS
-from common.options import option
+from common.options import at_least, between, option
 
 STRATEGIES = ("user", "last-n", "virtual-time", "unseen", "dataset")
 
 
 @dataclass
 class FoldConfig:
-    n_folds: int = option(5, "folds")
-    seed: int = option(0, "seed of the split")
+    n_folds: int = option(5, "folds", range=at_least(1))
+    seed: int = option(0, "seed of the split", range=at_least(0))
     strategy: str = option(
         "user", "how validation rows are chosen (see common/data/folds.py)", choices=STRATEGIES
     )
     # the competition's hidden test mixed new students with continuing ones
-    new_share: float = option(0.25, "user strategy: share of validation students that are new")
-    last_n: int = option(100, "last-n strategy: validation rows per student")
+    new_share: float = option(
+        0.25, "user strategy: share of validation students that are new", range=between(0, 1)
+    )
+    last_n: int = option(100, "last-n strategy: validation rows per student", range=at_least(1))
     # 2.5M of 101M rows in tito's CV
     valid_share: float = option(
-        0.025, "virtual-time strategy: share of all rows in the validation tail"
+        0.025,
+        "virtual-time strategy: share of all rows in the validation tail",
+        range=between(0, 1, low_open=True, high_open=True),
     )
 
     def __post_init__(self) -> None:
@@ -110,6 +115,11 @@ def _align_to_container(arrays: TrainArrays, students: np.ndarray, row_cut: np.n
 
 
 def _split_students(candidates: np.ndarray, n_folds: int, rng: np.random.Generator):
+    if n_folds > len(candidates):
+        raise UserError(
+            f"--n-folds {n_folds}: only {len(candidates):,} students to split into folds "
+            f"(each fold validates some): at most {len(candidates):,}"
+        )
     shuffled = rng.permutation(candidates)
     return [shuffled[k::n_folds] for k in range(n_folds)]
 
@@ -287,7 +297,13 @@ def make_folds(
             )
             stats.append(fold_statistics(arrays, fold))
         write_row_folds(tmp / ROW_FOLDS, arrays, folds)
-        manifest = {"config": asdict(config), "n_students": arrays.n_students, "folds": stats}
+        manifest = {
+            "config": asdict(config),
+            "n_students": arrays.n_students,
+            # what they were made from: 03, 04 and 05 refuse them for other data
+            "data_fingerprint": data_fingerprint(output_dir / DATA_SUBDIR),
+            "folds": stats,
+        }
         (tmp / "folds.json").write_text(json.dumps(manifest, indent=2) + "\n")
     # beside the folder, not in it: the artifact stays byte-identical for a given seed
     write_run_record(output_dir, "folds", asdict(config))

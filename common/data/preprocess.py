@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from common.data.arrays import ANSWER_UNKNOWN, ROW_ARRAYS
+from common.data.arrays import ANSWER_UNKNOWN, ROW_ARRAYS, write_data_fingerprint
 from common.data.memory import check_memory
 from common.data.schema import (
     LECTURE,
@@ -46,13 +46,14 @@ from common.data.train_csv import (
     block_arrays,
     check_header,
     check_unique_row_ids,
+    header_line,
     locate_parse_error,
     plain,
     train_reader,
 )
 from common.files import atomic_dir, write_run_record
 from common.layout import ARRAYS_SUBDIR, DATA_SUBDIR
-from common.options import option, progress_option
+from common.options import above, at_least, option, progress_option
 
 # The pandas metadata makes pd.read_parquet return the competition dtypes (a nullable
 # boolean prior_question_had_explanation rather than object).
@@ -84,7 +85,9 @@ class PreprocessConfig:
     # (kDefaultBackgroundMaxQ in arrow/util/async_generator.h), so 32 x block_size bounds
     # what it holds whatever the file size: 8 MiB blocks keep that near 256 MiB, and a
     # block of ~150,000 rows still amortizes the per-block work.
-    block_size: int = option(8 << 20, "bytes of train.csv parsed per block")
+    block_size: int = option(
+        8 << 20, "bytes of train.csv parsed per block", range=at_least(1 << 16)
+    )
     # Number rows 0..N-1 in file order when row_id is blank (some public dumps of the
     # competition data lost it); off by default because a blank row_id is usually a bug.
     assign_row_ids: bool = option(
@@ -99,6 +102,7 @@ class PreprocessConfig:
         "refuse input whose estimated peak memory exceeds this many GB (none: the memory "
         "available now; 0: no check); the estimate is in data/preprocess_summary.json",
         metavar="GB",
+        range=above(0),
     )
 
 
@@ -137,7 +141,8 @@ def _read_small_csv(path: Path, dtypes: dict[str, str], key: str) -> pd.DataFram
         raise InputError(str(path), "the file to exist")
     if path.stat().st_size == 0:
         raise InputError(str(path), f"a header line with columns {list(dtypes)}", row=0)
-    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    header_line(path, dtypes)  # compressed, not UTF-8 or not commas: named
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     missing = [c for c in dtypes if c not in raw.columns]
     if missing:
         raise InputError(
@@ -200,10 +205,10 @@ def read_questions(path: Path) -> pd.DataFrame:
 
 def read_lectures(path: Path) -> pd.DataFrame:
     if path.exists() and path.stat().st_size > 0:
-        header = path.read_text().splitlines()[:2]
-        if len(header) == 1:  # a header and no lectures (e.g. converted public KT datasets)
+        first, second = header_line(path, LECTURES_DTYPES)
+        if not second.strip():  # a header and no lectures (e.g. converted public KT datasets)
             frame = pd.DataFrame({c: pd.Series(dtype=d) for c, d in LECTURES_DTYPES.items()})
-            missing = [c for c in LECTURES_DTYPES if c not in header[0].split(",")]
+            missing = [c for c in LECTURES_DTYPES if c not in first.split(",")]
             if missing:
                 raise InputError(str(path), f"columns {list(LECTURES_DTYPES)}", 0, missing[0])
             return frame
@@ -224,7 +229,10 @@ def convert_train(
     header = check_header(path)
     summary = PreprocessSummary()
     checker = RowChecker(
-        path, questions["question_id"].to_numpy(), lectures["lecture_id"].to_numpy()
+        path,
+        questions["question_id"].to_numpy(),
+        lectures["lecture_id"].to_numpy(),
+        questions["correct_answer"].to_numpy(),
     )
     arrays_dir = out_dir / ARRAYS_SUBDIR
     arrays_dir.mkdir()
@@ -404,4 +412,5 @@ def preprocess(config: PreprocessConfig) -> PreprocessSummary:
         record["memory_estimate"] = asdict(estimate) if estimate else None
         (tmp / "preprocess_summary.json").write_text(json.dumps(record, indent=2) + "\n")
         write_run_record(tmp, "preprocess", record["config"])
+        write_data_fingerprint(tmp)
     return summary

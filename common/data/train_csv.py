@@ -46,10 +46,20 @@ def _id_lookup(ids: np.ndarray) -> np.ndarray:
 class RowChecker:
     """Checks that span blocks: student grouping, time order, row_id uniqueness."""
 
-    def __init__(self, path: Path, questions: np.ndarray, lectures: np.ndarray):
+    def __init__(
+        self,
+        path: Path,
+        questions: np.ndarray,
+        lectures: np.ndarray,
+        correct_answers: np.ndarray | None = None,
+    ):
         self.path = str(path)
         self.known_question = _id_lookup(questions)
         self.known_lecture = _id_lookup(lectures)
+        # each question's correct_answer by content_id (as known_question), -1 unknown
+        self.correct_answer = np.full(len(self.known_question), -1, dtype=np.int64)
+        if correct_answers is not None:
+            self.correct_answer[np.asarray(questions, np.int64) + (1 << 15)] = correct_answers
         self.seen_users: set[int] = set()
         self.last_user: int | None = None
         self.last_timestamp = 0
@@ -108,17 +118,34 @@ class RowChecker:
         elapsed = block["prior_question_elapsed_time"]
         first_bad(elapsed < 0, "prior_question_elapsed_time", "milliseconds >= 0 or blank")
         index = block["content_id"].astype(np.int64) + (1 << 15)
-        first_bad(
-            is_question & ~self.known_question[index],
-            "content_id",
-            "a question_id listed in questions.csv",
-        )
-        first_bad(
-            ~is_question & ~self.known_lecture[index],
-            "content_id",
-            "a lecture_id listed in lectures.csv",
-        )
+        listed = np.where(is_question, self.known_question[index], self.known_lecture[index])
+        if not listed.all():
+            i = int(np.argmin(listed))
+            kind = (
+                "question_id listed in questions"
+                if is_question[i]
+                else "lecture_id listed in lectures"
+            )
+            self.fail(first_row + i, "content_id", block["content_id"][i], f"a {kind}.csv")
+        self._check_labels(block, nulls, first_row, is_question, index)
         self._check_order(block, first_row)
+
+    def _check_labels(self, block, nulls, first_row: int, is_question, index) -> None:
+        """A question row's answered_correctly must say whether its user_answer is the
+        question's correct_answer (questions.csv), where both are given."""
+        answer, label = block["user_answer"], block["answered_correctly"]
+        correct = self.correct_answer[index]
+        known = is_question & ~nulls["user_answer"] & ~nulls["answered_correctly"] & (correct >= 0)
+        wrong = known & (label != (answer == correct))
+        if wrong.any():
+            i = int(np.argmax(wrong))
+            self.fail(
+                first_row + i,
+                "answered_correctly",
+                block["answered_correctly"][i],
+                f"{int(answer[i] == correct[i])}: user_answer {int(answer[i])} against the "
+                f"correct_answer {int(correct[i])} of question {int(block['content_id'][i])}",
+            )
 
     def _check_order(self, block: dict[str, np.ndarray], first_row: int) -> None:
         user, timestamp, row_id = block["user_id"], block["timestamp"], block["row_id"]
@@ -161,12 +188,50 @@ class RowChecker:
         self.last_row_id = int(row_id[-1])
 
 
-def check_header(path: Path) -> list[str]:
+COMPRESSED = {  # a file's first bytes -> its format
+    b"\x1f\x8b": "gzip",
+    b"PK\x03\x04": "zip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"(\xb5/\xfd": "zstd",
+}
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: accepted, as pandas accepts it
+DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
+
+
+def header_line(path: Path, columns) -> tuple[str, bytes]:
+    """(the header line, the line after it, raw) of a CSV file, refused with its cause
+    named when it is compressed, not UTF-8 or not comma-separated; a UTF-8 byte-order mark
+    is dropped."""
     if not path.exists():
         raise InputError(str(path), "the file to exist")
     with open(path, "rb") as handle:
-        first = handle.readline().decode("utf-8", errors="replace").strip()
-        second = handle.readline()
+        first, second = handle.readline(), handle.readline()
+    for magic, name in COMPRESSED.items():
+        if first.startswith(magic):
+            raise InputError(
+                str(path), f"a plain CSV file; this one is {name}-compressed: decompress it first"
+            )
+    try:
+        text = first.removeprefix(BOM).decode("utf-8").strip()
+    except UnicodeDecodeError as error:
+        raise InputError(
+            str(path),
+            f"a UTF-8 header line; byte {error.start} is {first[error.start]:#04x}, not UTF-8 "
+            "(Latin-1 or Windows-1252?): save the file as UTF-8",
+            row=0,
+        ) from None
+    for mark, name in DELIMITERS.items():
+        if mark in text and text.count(mark) >= len(columns) - 1 > text.count(","):
+            raise InputError(
+                str(path), f"columns separated by commas; this header separates them by {name}",
+                row=0,
+            )  # fmt: skip
+    return text, second
+
+
+def check_header(path: Path) -> list[str]:
+    first, second = header_line(path, TRAIN_COLUMNS)
     if not first:
         raise InputError(str(path), f"a header line with columns {TRAIN_COLUMNS}", row=0)
     header = first.split(",")

@@ -27,10 +27,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from common.data.schema import N_PARTS, QUESTION, TRAIN_COLUMNS, TRAIN_DTYPES
+from common.errors import UserError
 from common.files import atomic_file
 from common.inputs.demo_items import MAX_BUNDLE, MAX_CONTENT_ID, make_item_bank
 from common.inputs.demo_students import simulate_students
-from common.options import option
+from common.options import at_least, between, option
 
 OUTPUT_FILES = ("train.csv", "questions.csv", "lectures.csv", "demo_truth.csv")
 
@@ -40,19 +41,25 @@ class DemoConfig:
     """Size, seed and the parameters of the student model (see the docstrings of
     common/inputs/demo_items.py and common/inputs/demo_students.py)."""
 
-    n_users: int = option(2_000, "students", flag="users")
+    n_users: int = option(2_000, "students", flag="users", range=at_least(1))
+    # enough for ~7 bundles per skill tag, few enough to be seen often
     n_questions: int = option(
-        1_500, "questions", flag="questions"
-    )  # enough for ~7 bundles per skill tag, few enough to be seen often
+        1_500,
+        "questions",
+        flag="questions",
+        range=between(N_PARTS * MAX_BUNDLE, MAX_CONTENT_ID + 1),
+    )
     n_lectures: int = 300  # the real bank has 418 lectures for 13,523 questions
-    seed: int = option(0, "seed of the whole data set")
+    seed: int = option(0, "seed of the whole data set", range=at_least(0))
     n_tags: int = 188  # the competition's tags are 0..187
     # Histories: ~1.4 rows per event, so a median of 40 rows; mean/median = exp(sigma^2 / 2)
     # ~ 6 as in the real train.csv (about 260 rows per user, median about 40).
     median_events: float = 29.0
     events_sigma: float = 1.95
     # the real task_container_id stops at 9999; fits int16
-    max_events: int = option(10_000, "most events in one student's history")
+    max_events: int = option(
+        10_000, "most events in one student's history", range=between(1, MAX_CONTENT_ID + 1)
+    )
     # Items
     tag_difficulty_sd: float = 0.5
     item_difficulty_sd: float = 0.8
@@ -235,3 +242,14 @@ def make_demo(config: DemoConfig, output_dir: str | Path) -> DemoData:
     demo = generate_demo(config)
     write_demo(demo, output_dir)
     return dataclasses.replace(demo, seconds=time.perf_counter() - began)
+
+
+def check_demo_target(output_dir: Path) -> None:
+    """Refuse to write a demo over a train.csv that is not a demo's (the Kaggle files in
+    input/, say): 00 writes a demo_run.json beside every demo it makes."""
+    train = Path(output_dir) / "train.csv"
+    if train.exists() and not (Path(output_dir) / "demo_run.json").exists():
+        raise UserError(
+            f"{train} is not a demo's (no demo_run.json beside it): the demo will not "
+            "replace it; choose another --output-dir"
+        )

@@ -19,7 +19,7 @@ from common.data.features import QuestionSequences
 from common.data.past_features import CATEGORICAL, FEATURE_NAMES, past_features, question_count
 from common.data.question_rates import question_rates
 from common.model.trees import BITSET_WORDS, Trees
-from common.options import option
+from common.options import above, at_least, option
 
 FEATURE_BASELINE = "boosted features"
 RATE_COLUMN = FEATURE_NAMES.index("question_rate")
@@ -29,21 +29,31 @@ COUNT_COLUMN = FEATURE_NAMES.index("question_count")
 @dataclass
 class FeatureBaselineConfig:
     boost_max_rows: int = option(
-        1_000_000, "training rows the boosted-features baseline fits on at most (a sample)"
+        1_000_000,
+        "training rows the boosted-features baseline fits on at most (a sample)",
+        range=at_least(1),
     )
     boost_rounds: int = option(
-        300, "boosting rounds at most (early stopping on a tenth of the training rows)"
+        300,
+        "boosting rounds at most (early stopping on a tenth of the training rows)",
+        range=at_least(1),
     )
-    boost_learning_rate: float = option(0.1, "boosting learning rate")
-    boost_leaves: int = option(31, "leaves per tree")
+    boost_learning_rate: float = option(0.1, "boosting learning rate", range=above(0))
+    boost_leaves: int = option(31, "leaves per tree", range=at_least(2))
     boost_rate_folds: int = option(
-        5, "student groups of the out-of-fold question rates of the training rows"
+        5,
+        "student groups of the out-of-fold question rates of the training rows",
+        range=at_least(2),
     )
     # a question answered 20 times in training is pulled a half toward the global rate
     boost_question_prior: float = option(
-        20.0, "pseudo-answers at the global rate in the trees' question-rate feature"
+        20.0,
+        "pseudo-answers at the global rate in the trees' question-rate feature",
+        range=at_least(0),
     )
-    boost_seed: int = option(0, "seed of the trees' row sample and early-stopping split")
+    boost_seed: int = option(
+        0, "seed of the trees' row sample and early-stopping split", range=at_least(0)
+    )
 
 
 @dataclass

@@ -38,7 +38,7 @@ from common.data.past_features import MODEL_FEATURES, MODEL_LOG_FEATURES
 from common.data.schema import N_PARTS
 from common.model.attention import Attention, Blocks, Rotary, attention_mask
 from common.model.cache import ModelCache
-from common.options import option
+from common.options import above, at_least, between, option
 
 # "question": the answered question itself, an embedding per (question, response) pair
 # (with --tags also per (tag, response) pair), as SAKT and AKT embed interactions; the
@@ -59,13 +59,17 @@ def preset_name(decoder_features) -> str:
 class ModelConfig:
     # question ids 0..n_questions-1; id n_questions stands for unknown (set from the data)
     n_questions: int = option(0, cli=False)
-    d_model: int = option(256, "embedding width")
-    n_heads: int = option(8, "attention heads", flag="heads")
-    encoder_layers: int = option(2, "encoder layers (--layers sets both sides)")
-    decoder_layers: int = option(2, "decoder layers (--layers sets both sides)")
-    d_ff: int = option(0, "feed-forward width; 0: 4 x d-model, as in the Transformer")
-    dropout: float = option(0.1, "dropout rate")
-    window: int = option(100, "questions an attention layer looks back (SAINT's sequence length)")
+    d_model: int = option(256, "embedding width", range=at_least(2))
+    n_heads: int = option(8, "attention heads", flag="heads", range=at_least(1))
+    encoder_layers: int = option(2, "encoder layers (--layers sets both sides)", range=at_least(1))
+    decoder_layers: int = option(2, "decoder layers (--layers sets both sides)", range=at_least(1))
+    d_ff: int = option(
+        0, "feed-forward width; 0: 4 x d-model, as in the Transformer", range=at_least(0)
+    )
+    dropout: float = option(0.1, "dropout rate", range=between(0, 1, high_open=True))
+    window: int = option(
+        100, "questions an attention layer looks back (SAINT's sequence length)", range=at_least(1)
+    )
     decoder_features: tuple[str, ...] = option(
         MODEL_PRESETS["saint+"],
         "decoder inputs beside the response, from " + ",".join(DECODER_FEATURES) + " "
@@ -75,10 +79,14 @@ class ModelConfig:
     attention: str = option(
         "mha", "mha, or mla (multi-head latent attention)", choices=("mha", "mla")
     )
-    kv_latent_dim: int = option(64, "mla: width of the shared key/value latent")
-    q_latent_dim: int = option(0, "mla: width of the query latent; 0 leaves queries full")
+    kv_latent_dim: int = option(64, "mla: width of the shared key/value latent", range=at_least(1))
+    q_latent_dim: int = option(
+        0, "mla: width of the query latent; 0 leaves queries full", range=at_least(0)
+    )
     difficulty_buckets: int = option(
-        0, "> 0 adds an embedding of the question's correct rate, in this many buckets"
+        0,
+        "> 0 adds an embedding of the question's correct rate, in this many buckets",
+        range=at_least(0),
     )
     n_tags: int = option(0, cli=False)  # > 0: the mean embedding of the question's tags
     max_tags: int = option(1, cli=False)  # most tags of one question (question_tags' width)
@@ -116,7 +124,7 @@ class ModelConfig:
         "network that adds to the logit",
         choices=PAST_FEATURE_PLACES,
     )
-    rope_base: float = option(10000.0, "rotary embeddings' base")
+    rope_base: float = option(10000.0, "rotary embeddings' base", range=above(1))
     # share of each head's channels that rotary embeddings rotate. All of them: a query
     # must single out its own position among a window of keys (the decoder meets the
     # current question only through attention over the encoder's outputs), and with a
@@ -125,7 +133,9 @@ class ModelConfig:
     # behind every position, such a model plateaus near the question-rate baseline for
     # epochs (docs/experiments.md: the quarter-width rows)
     rope_fraction: float = option(
-        1.0, "share of each attention head's channels that rotary positions rotate"
+        1.0,
+        "share of each attention head's channels that rotary positions rotate",
+        range=between(0, 1, low_open=True),
     )
 
     def __post_init__(self) -> None:
@@ -355,6 +365,8 @@ class SAINT(nn.Module):
         self.apply(self._init_weights)
         if config.question_embedding == "rasch":
             self._init_rasch_embeddings()
+        if config.past_features != "none":
+            self._init_past_features()
 
     def _add_question_embeddings(self, config: ModelConfig) -> None:
         """The encoder side's tables: question, part, difficulty bucket and tags."""
@@ -418,8 +430,11 @@ class SAINT(nn.Module):
         )
 
     def _add_past_features(self, config: ModelConfig) -> None:
-        """The past-event features' projection (encoder) or network (head)."""
+        """The past-event features' normalization (a LayerNorm: counts of thousands and
+        durations of months beside rates in [0, 1]) and their projection (encoder) or
+        network (head)."""
         d, width = config.d_model, 2 * len(MODEL_FEATURES)  # values and missing flags
+        self.past_norm = nn.LayerNorm(width)
         if config.past_features == "encoder":
             self.past_embed = nn.Linear(width, d)
         else:
@@ -427,15 +442,22 @@ class SAINT(nn.Module):
                 nn.Linear(d + width, d), nn.ReLU(), Dropout(config.dropout), nn.Linear(d, 1)
             )
 
-    @staticmethod
-    def _past(batch: dict[str, Tensor]) -> Tensor:
+    def _init_past_features(self) -> None:
+        # the encoder's projection starts at zero: the question's embeddings (at 0.02
+        # scale) are not drowned by the features at the start, which the model learns to
+        # add as they help
+        if self.config.past_features == "encoder":
+            with torch.no_grad():
+                self.past_embed.weight.zero_()
+
+    def _past(self, batch: dict[str, Tensor]) -> Tensor:
         """(B, T, 2F): the past-event features (B, T, F), counts and durations as log1p,
-        with a flag per feature where it is undefined (NaN, read as 0)."""
+        with a flag per feature where it is undefined (NaN, read as 0), normalized."""
         past = batch["past"].float()
         missing = torch.isnan(past)
         value = past.masked_fill(missing, 0.0)  # (torch 1.7, the bundle's, has no nan_to_num)
         value = torch.where(LOG_COLUMNS.to(past.device), torch.log1p(value.clamp(min=0)), value)
-        return torch.cat((value, missing.float()), -1)
+        return self.past_norm(torch.cat((value, missing.float()), -1))
 
     def _init_rasch_embeddings(self) -> None:
         # as AKT: every question starts as its tags' average (difficulty 0), and the

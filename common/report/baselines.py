@@ -26,18 +26,20 @@ import numpy as np
 
 from common.data.features import QuestionSequences
 from common.data.question_rates import question_rates, training_entries
-from common.options import option
+from common.options import above, at_least, option
 
 
 @dataclass
 class BaselineConfig:
     # a question answered 20 times in training is pulled a half toward the global rate
     question_prior: float = option(
-        20.0, "pseudo-answers at the global rate added to every question's training rate"
+        20.0,
+        "pseudo-answers at the global rate added to every question's training rate",
+        range=at_least(0),
     )
     # after 20 revealed answers the student's own mean counts as much as the question's rate
     student_prior: float = option(
-        20.0, "weight of the question rate against the student's running mean"
+        20.0, "weight of the question rate against the student's running mean", range=above(0)
     )
 
 

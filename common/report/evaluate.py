@@ -33,13 +33,13 @@ import pandas as pd
 from common import metrics
 from common.data.dataset import Dataset
 from common.data.fold_data import Fold
-from common.files import atomic_file, write_json, write_run_record, write_text
+from common.files import atomic_dir, atomic_file, write_json, write_run_record, write_text
 from common.layout import REPORT_FILE, REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir, run_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
 from common.model.blending import BLEND, BlendChoice, choose_fold_blend
 from common.model.boosting import FEATURE_BASELINE, FeatureBaselineConfig
 from common.model.trees import logit_blend
-from common.options import option, progress_option
+from common.options import at_least, option, progress_option
 from common.report import plots
 from common.report.baselines import BASELINE_NAMES, BaselineConfig
 from common.report.render import POOLED, metrics_markdown, report_markdown, slices_markdown
@@ -73,11 +73,14 @@ CONTAINER_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5+", 
 @dataclass
 class EvaluateConfig:
     folds: list[int] | None = option(
-        None, "folds to score (default: every fold{k}/ of the run holding stream predictions)"
+        None,
+        "folds to score",
+        shown_default="every fold{k}/ of the run holding stream predictions",
+        range=at_least(0),
     )
-    bootstrap: int = option(1000, "AUC resamples for the interval; 0 skips it")
-    seed: int = option(0, "seed of the bootstrap")
-    calibration_bins: int = option(10, "bins of the calibration table and plot")
+    bootstrap: int = option(1000, "AUC resamples for the interval; 0 skips it", range=at_least(0))
+    seed: int = option(0, "seed of the bootstrap", range=at_least(0))
+    calibration_bins: int = option(10, "bins of the calibration table and plot", range=at_least(1))
     # a bar over bootstrap resamples (minutes on millions of rows)
     progress: bool = progress_option()
     feature_baseline: bool = option(
@@ -320,32 +323,49 @@ def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig, run: str
     )
     if (input_dir / TRUTH_FILE).exists():
         rows = add_oracle(rows, input_dir / TRUTH_FILE)
-    report_dir = folder / REPORT_SUBDIR
     table = metric_table(rows, config)
-    tables = write_tables(report_dir, table, slice_table(rows))
-    histories = load_histories(folder, folds)
-    importance = tree_importance(blends)
-    links = write_figures(report_dir, rows, histories, config.calibration_bins, importance)
     summaries = {k: stream_summary(folder, k) for k in folds}
+    head = describe(table, blends, no_blend, summaries, folder, run)
+    provenance = run_provenance(folder, summaries)
+    # report/ whole or not at all, and report.md written last inside that: a stop leaves
+    # the previous report and its folder, or both new
+    with atomic_dir(folder / REPORT_SUBDIR) as report_dir:
+        tables = write_tables(report_dir, table, slice_table(rows))
+        histories = load_histories(folder, folds)
+        links = write_figures(
+            report_dir, rows, histories, config.calibration_bins, head.tree_importance
+        )
+        write_json(report_dir / "summary.json", asdict(head))
+        write_run_record(report_dir, "evaluate", asdict(config))
+        text = report_markdown(head, tables, links, config, provenance)
+        write_text(folder / REPORT_FILE, text)
+    row = evaluate_row(folder, head, provenance, summaries, table)
+    append_run_row(output_dir, row | {"wall_s": time.perf_counter() - begin})
+    return head
+
+
+def describe(
+    table: pd.DataFrame,
+    blends: dict[int, BlendChoice],
+    no_blend: list[str],
+    summaries: dict[int, dict],
+    folder: Path,
+    run: str,
+) -> Evaluation:
+    """What the evaluation found: the metric table's headline, and what the run
+    submits, the blend's choices, the trees' importance, the checkpoints' selection."""
     streamed_blend = all(v.get("submitted") == "blend" for v in summaries.values())
-    head = replace(
+    return replace(
         headline(table),
         submitted=BLEND if streamed_blend and BLEND in set(table["scorer"]) else MODEL,
         blend={k: asdict(choice) for k, choice in blends.items()},
-        tree_importance=importance,
+        tree_importance=tree_importance(blends),
         no_blend=no_blend,
-        folds=folds,
+        folds=list(summaries),
         selection=selection_note(summaries),
         report=str(folder / REPORT_FILE),
         run=run,
     )
-    provenance = run_provenance(folder, summaries)
-    write_text(folder / REPORT_FILE, report_markdown(head, tables, links, config, provenance))
-    write_json(report_dir / "summary.json", asdict(head))
-    row = evaluate_row(folder, head, provenance, summaries, table)
-    append_run_row(output_dir, row | {"wall_s": time.perf_counter() - begin})
-    write_run_record(report_dir, "evaluate", asdict(config))
-    return head
 
 
 def evaluate_row(

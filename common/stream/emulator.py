@@ -27,7 +27,7 @@ from common.data.arrays import TrainArrays, opens_container
 from common.data.fold_data import Fold
 from common.data.schema import QUESTION, TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
 from common.metrics import auc_or_nan
-from common.options import option
+from common.options import at_least, option
 
 # The dtypes of the test_df frames served. Where they come from: the competition's data
 # page documents train.csv's types (row_id int64, timestamp int64, user_id int32,
@@ -50,15 +50,16 @@ class StreamError(RuntimeError):
 
 @dataclass
 class EmulatorConfig:
-    seed: int = option(0, "seed of the emulated stream's group sizes")
+    seed: int = option(0, "seed of the emulated stream's group sizes", range=at_least(0))
     # The real API served up to about a thousand students per group (Riiid's data page).
-    max_group_students: int = option(1000, "most students in one emulated group")
+    max_group_students: int = option(1000, "most students in one emulated group", range=at_least(1))
     # (low, high): rows per group drawn uniformly in low..high instead, as in the real
     # example stream (groups of 18 to 33 rows, 15 to 23 students, many interleaved)
     group_rows: tuple[int, int] | None = option(
         None,
         "MIN,MAX: emulated groups of MIN to MAX rows, many students each (the real example "
         "test: 18,33) instead of a log-uniform number of students",
+        range=at_least(1),
     )
 
     def __post_init__(self) -> None:

@@ -19,7 +19,7 @@ from common.data.dataset import Dataset
 from common.data.fold_data import Fold, FoldData, check_fold_fingerprint, load_fold_data
 from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
-from common.device import device_option, resolve_device
+from common.device import check_device, device_option, resolve_device
 from common.files import atomic_file, json_values, write_json, write_run_record, write_text
 from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, VALIDATION_PREDICTIONS, fold_dir
 from common.metrics import slice_table, student_and_part_slices
@@ -27,7 +27,7 @@ from common.model.blend_bundle import BlendBundle
 from common.model.blending import fold_blend_bundle
 from common.model.boosting import FeatureBaselineConfig
 from common.model.checkpoint import load_model, read_checkpoint
-from common.options import option, progress_option
+from common.options import above, at_least, option, progress_option
 from common.runs.folders import commit
 from common.runs.oof import write_oof
 from common.runs.provenance import epochs_trained
@@ -41,7 +41,7 @@ from common.stream.online import OnlineState, build_snapshot
 
 @dataclass
 class InferConfig:
-    fold: int = option(0, "the fold whose validation rows are streamed")
+    fold: int = option(0, "the fold whose validation rows are streamed", range=at_least(0))
     full: bool = option(
         False,
         "export the run's full-data model (full/, from 03 --full-data) as the Kaggle bundle "
@@ -50,7 +50,9 @@ class InferConfig:
     device: str = device_option()
     stream: EmulatorConfig = field(default_factory=EmulatorConfig)  # how groups are cut
     cache_students: int = option(
-        4096, "students whose model cache stays in memory (LRU beyond; rebuilt from the ring)"
+        4096,
+        "students whose model cache stays in memory (LRU beyond; rebuilt from the ring)",
+        range=at_least(1),
     )
     checkpoint: str = option("best.pt", "file in the run's fold{k}/")
     progress: bool = progress_option()
@@ -61,6 +63,7 @@ class InferConfig:
         "fit it, and a student who would not fit stops the run with a message (the total is "
         "in stream_summary.json; unbounded by default, 9 GB with --competition)",
         metavar="GB",
+        range=above(0),
     )
 
     feature_baseline: bool = option(
@@ -76,9 +79,23 @@ class InferConfig:
     )
     model_dir: Path | None = option(
         None,
-        "competition mode: the Kaggle dataset folder (<kaggle-dir>/dataset unless given)",
+        "competition mode: the Kaggle dataset folder",
         metavar="DIR",
+        shown_default="<kaggle-dir>/dataset",
     )
+
+    test_csv: Path | None = option(
+        None,
+        "after the export, try the exported notebook locally: its cell runs on this test "
+        "file (the competition's format, as example_test.csv) through a stand-in API, and "
+        "writes <kaggle-dir>/trial/working/submission.csv",
+        metavar="FILE",
+    )
+
+    def __post_init__(self) -> None:
+        check_device(self.device)
+        if self.test_csv is not None and not self.kaggle.export:
+            raise ValueError("--test-csv tries the export: drop --no-export")
 
     @property
     def max_state_bytes(self) -> int | None:

@@ -19,8 +19,9 @@ from common.runs.folders import choose_run
 from common.runs.oof import write_oof
 from common.runs.table import latest_run
 from common.stream.fold_stream import InferConfig, run_emulated, streamed_already
-from common.stream.kaggle_export import export_kaggle
+from common.stream.kaggle_export import DATASET_SLUG, NO_OWNER, export_kaggle
 from common.stream.kaggle_notebook import run_submission
+from common.stream.trial import try_notebook
 
 
 def infer(config: InferConfig, output_dir: Path, run: str | None) -> None:
@@ -119,13 +120,23 @@ def export(config: InferConfig, output_dir: Path, run_dir: Path) -> None:
     checkpoint = layout.model_dir(run_dir, config.fold, config.full) / config.checkpoint
     kaggle = config.kaggle
     kaggle_dir = kaggle.kaggle_dir or layout.kaggle_dir(run_dir)
-    dataset, kernel = export_kaggle(output_dir, checkpoint, model, kaggle_dir, kaggle.ids())
+    ids = kaggle.ids()
+    dataset, kernel = export_kaggle(output_dir, checkpoint, model, kaggle_dir, ids)
+    if config.test_csv is not None:
+        submission = try_notebook(kaggle_dir, config.test_csv, ids.slug)
+        print(f"the exported notebook ran on {config.test_csv}: {submission}")
     print(
         f"Kaggle dataset in {dataset}, notebook in {kernel}; submit with\n"
         f"  kaggle datasets create -p {dataset} --dir-mode zip   "
         f"(later: kaggle datasets version -p {dataset} --dir-mode zip -m '<what changed>')\n"
         f"  kaggle kernels push -p {kernel}"
     )
+    if not ids.owner_found:
+        print(
+            f"note: no Kaggle user name was found ($KAGGLE_USERNAME, ~/.kaggle/kaggle.json), so "
+            f"{dataset}/dataset-metadata.json and the notebook name the owner {NO_OWNER}: "
+            f"export again with --kaggle-dataset-id <you>/{DATASET_SLUG} before pushing"
+        )
     if not kaggle.kaggle_docker_image:
         print(
             "note: the notebook runs on Kaggle's latest image unless pinned, and there "

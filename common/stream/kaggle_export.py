@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,29 +78,72 @@ class KaggleConfig:
     )
     kaggle_dir: Path | None = option(
         None,
-        "where to export the Kaggle dataset/ and kernel/ (<run>/kaggle unless given)",
+        "where to export the Kaggle dataset/ and kernel/",
         metavar="DIR",
+        shown_default="<run>/kaggle",
     )
     kaggle_dataset_id: str | None = option(
         None,
-        f"the dataset's id, owner/slug ($KAGGLE_USERNAME/{DATASET_SLUG} unless given)",
+        "the dataset's id, owner/slug (the owner: $KAGGLE_USERNAME, else the username in "
+        "~/.kaggle/kaggle.json)",
         metavar="ID",
+        shown_default=f"<owner>/{DATASET_SLUG}",
     )
     kaggle_kernel_id: str | None = option(
-        None, "the notebook's id (<dataset id>-submission unless given)", metavar="ID"
+        None, "the notebook's id", metavar="ID", shown_default="<dataset id>-submission"
     )
     kaggle_gpu: bool = option(True, "the notebook asks for no GPU")
     kaggle_docker_image: str | None = option(
         None,
-        "pin the notebook's environment (kernel-metadata.json's docker_image; Kaggle's "
-        "latest image unless given)",
+        "pin the notebook's environment (kernel-metadata.json's docker_image)",
         metavar="IMAGE",
+        shown_default="none: Kaggle's latest image",
     )
 
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--kaggle-dataset-id", self.kaggle_dataset_id),
+            ("--kaggle-kernel-id", self.kaggle_kernel_id),
+        ):
+            if value is not None:
+                check_kaggle_id(flag, value)
+
     def ids(self) -> KaggleIds:
-        owner = os.environ.get("KAGGLE_USERNAME", "your-kaggle-username")
-        dataset = self.kaggle_dataset_id or f"{owner}/{DATASET_SLUG}"
-        return KaggleIds(dataset, self.kaggle_kernel_id, self.kaggle_gpu, self.kaggle_docker_image)
+        """The ids the export writes: --kaggle-dataset-id, else the owner found
+        (kaggle_owner) with DATASET_SLUG, else a placeholder owner (owner_found False)."""
+        owner = kaggle_owner()
+        dataset = self.kaggle_dataset_id or f"{owner or NO_OWNER}/{DATASET_SLUG}"
+        found = self.kaggle_dataset_id is not None or owner is not None
+        return KaggleIds(
+            dataset, self.kaggle_kernel_id, self.kaggle_gpu, self.kaggle_docker_image, found
+        )
+
+
+NO_OWNER = "YOUR-KAGGLE-USERNAME"  # written where no owner was found, and said so
+# What Kaggle takes: a user name of letters, digits, dashes and underscores; a slug of 3 to
+# 50 lowercase letters, digits and dashes, starting and ending with a letter or digit
+KAGGLE_ID = re.compile(r"[A-Za-z0-9_-]{1,50}/[a-z0-9][a-z0-9-]{1,48}[a-z0-9]")
+
+
+def check_kaggle_id(flag: str, value: str) -> None:
+    """Refuse (ValueError: a usage error) an id Kaggle would refuse at push time."""
+    if not KAGGLE_ID.fullmatch(value):
+        raise ValueError(
+            f"{flag} {value!r}: Kaggle takes owner/slug, the slug 3 to 50 lowercase letters, "
+            "digits and dashes (e.g. someone/riiid-saint)"
+        )
+
+
+def kaggle_owner() -> str | None:
+    """The Kaggle user name the kaggle command line would use: $KAGGLE_USERNAME, else
+    the username of kaggle.json in $KAGGLE_CONFIG_DIR or ~/.kaggle; None without one."""
+    if os.environ.get("KAGGLE_USERNAME"):
+        return os.environ["KAGGLE_USERNAME"]
+    folder = Path(os.environ.get("KAGGLE_CONFIG_DIR") or Path.home() / ".kaggle")
+    try:
+        return json.loads((folder / "kaggle.json").read_text()).get("username") or None
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass
@@ -110,6 +154,7 @@ class KaggleIds:
     kernel: str | None = None  # default: <user>/<slug>-submission
     enable_gpu: bool = True
     docker_image: str | None = None  # kernel-metadata's environment pin, when given
+    owner_found: bool = True  # False: the dataset id holds NO_OWNER, a placeholder
 
     @property
     def user(self) -> str:

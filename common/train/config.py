@@ -7,15 +7,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from common import cli
-from common.device import device_option
+from common.device import check_device, device_option
 from common.model.checkpoint import dict_differences
 from common.model.saint import MODEL_PRESETS, ModelConfig, preset_name
-from common.options import option, progress_option
+from common.options import above, at_least, between, option, progress_option
 
 
 @dataclass
 class TrainConfig:
-    fold: int = option(0, "the fold to train (validation rows: folds/fold{k}.npz)")
+    fold: int = option(
+        0, "the fold to train (validation rows: folds/fold{k}.npz)", range=at_least(0)
+    )
     # the submission's model: README, "Training the submission"
     full_data: bool = option(
         False,
@@ -23,32 +25,38 @@ class TrainConfig:
         "selection: best.pt is the last epoch); --epochs 0 takes the CV folds' median best "
         "epoch",
     )
-    epochs: int = option(20, "most epochs (early stopping may end sooner)")
+    epochs: int = option(20, "most epochs (early stopping may end sooner)", range=at_least(0))
     batch_size: int = option(
         0,
         "windows' worth of trained questions per optimizer step (0: SAINT's 512, fewer "
         "when an epoch would take under 64 steps)",
+        range=at_least(0),
     )
-    micro_batch: int = option(0, "windows per forward pass (0: 64 on CPU, the batch on CUDA)")
+    micro_batch: int = option(
+        0, "windows per forward pass (0: 64 on CPU, the batch on CUDA)", range=at_least(0)
+    )
     span: int = option(
         0,
         "questions trained on per training sequence, each after the model's receptive "
         "field of context (0: 4 receptive fields)",
+        range=at_least(0),
     )
-    lr: float = option(1e-3, "peak learning rate")
+    lr: float = option(1e-3, "peak learning rate", range=above(0))
     # 0: a tenth of the run's steps, at most SAINT's 4,000 (which assumes Riiid's ~3,000
     # steps per epoch: on a small data set it would never end)
-    warmup: int = option(0, "warm-up steps (0: a tenth of the run's steps, at most 4000)")
+    warmup: int = option(
+        0, "warm-up steps (0: a tenth of the run's steps, at most 4000)", range=at_least(0)
+    )
     schedule: str = option(
         "noam", "noam (warm-up, then 1/sqrt(step)) or cosine", choices=("noam", "cosine")
     )
-    weight_decay: float = option(0.01, "AdamW weight decay")
-    grad_clip: float = option(1.0, "gradient norm clip")
+    weight_decay: float = option(0.01, "AdamW weight decay", range=at_least(0))
+    grad_clip: float = option(1.0, "gradient norm clip", range=above(0))
     model: ModelConfig = field(default_factory=ModelConfig)
     tags: bool = option(
         False, "add the mean embedding of each question's tags (skills) to the encoder input"
     )
-    seed: int = option(0, "seed of initialization, spans and dropout")
+    seed: int = option(0, "seed of initialization, spans and dropout", range=at_least(0))
     device: str = device_option()
     amp: str = option(
         "auto",
@@ -63,7 +71,9 @@ class TrainConfig:
         "continue from the fold's newest epoch checkpoint (same config; a finished fold "
         "ends at once)",
     )
-    patience: int = option(3, "epochs without a better selection AUC before stopping")
+    patience: int = option(
+        3, "epochs without a better selection AUC before stopping", range=at_least(0)
+    )
     select_on: str = option(
         "inner",
         "early stopping and best.pt on an inner split of the training students (inner) "
@@ -71,19 +81,27 @@ class TrainConfig:
         choices=("inner", "fold"),
     )
     inner_share: float = option(
-        0.1, "share of the fold's training students in the inner validation split"
+        0.1,
+        "share of the fold's training students in the inner validation split",
+        range=between(0, 1, high_open=True),
     )
-    valid_batch_size: int = option(256, "students per validation forward pass")
+    valid_batch_size: int = option(256, "students per validation forward pass", range=at_least(1))
     progress: bool = progress_option()
     teacher: str | None = option(None, "checkpoint of a frozen teacher to distill from")
-    distill_alpha: float = option(0.5, "weight of the teacher's soft targets")
-    distill_temperature: float = option(2.0, "distillation temperature")
+    distill_alpha: float = option(0.5, "weight of the teacher's soft targets", range=between(0, 1))
+    distill_temperature: float = option(2.0, "distillation temperature", range=above(0))
 
     def __post_init__(self) -> None:
         if self.epochs < 0 or (self.epochs == 0 and not self.full_data):
             raise ValueError("--epochs must be >= 1 (0, from the CV folds, needs --full-data)")
         if self.model.question_embedding == "rasch" and not self.tags:
             raise ValueError("question_embedding 'rasch' needs the questions' tags (--tags)")
+        if self.select_on == "inner" and self.inner_share == 0 and not self.full_data:
+            raise ValueError(
+                "--inner-share 0 leaves no inner split to select on: give a share in (0, 1), "
+                "or --select-on fold"
+            )
+        check_device(self.device)
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:

@@ -101,6 +101,8 @@ class RunFiles:
         changed = shaping_changes(checkpoint.get("train_config", {}), self.config)
         if changed and main:
             print(f"note: resuming {path} with other settings (checkpoint vs now): {changed}")
+        if main and (note := self.schedule_change(checkpoint)):
+            print(note)
         setup.model.load_state_dict(checkpoint["model_state"])
         setup.optimizer.load_state_dict(checkpoint["optimizer_state"])
         setup.scheduler.load_state_dict(checkpoint["scheduler_state"])
@@ -112,6 +114,22 @@ class RunFiles:
         if main:
             self.restore_epoch_outputs(progress)
         return True
+
+    def schedule_change(self, checkpoint: dict) -> str:
+        """What a resume with other epochs recomputed: the schedule's length and an
+        automatic warm-up ("" when they are the checkpoint's)."""
+        before = checkpoint.get("resolved", {})
+        now = self.setup.plan.resolved()
+        if (before.get("total_steps"), before.get("warmup")) == (now["total_steps"], now["warmup"]):
+            return ""
+        epochs = checkpoint.get("train_config", {}).get("epochs")
+        return (
+            f"note: --epochs {self.config.epochs} (the checkpoint's run: {epochs}): the "
+            f"{self.config.schedule} schedule is recomputed over {now['total_steps']:,} steps "
+            f"(was {before.get('total_steps')}), warm-up {now['warmup']:,} (was "
+            f"{before.get('warmup')}); the learning rate after step {checkpoint.get('step')} "
+            "follows the new schedule"
+        )
 
     def restore_epoch_outputs(self, progress: Progress) -> None:
         """Redo what a kill right after the epoch checkpoint may have cut short: best.pt

@@ -356,6 +356,39 @@ def epoch_line(record: EpochRecord, select_on: str) -> str:
     )
 
 
+def training_data(
+    config: TrainConfig, output_dir: str | Path, run_dir: Path, main: bool
+) -> tuple[TrainConfig, FoldData]:
+    """The data a run trains on: fold `config.fold` with its inner split, or every
+    student (full_data; epochs 0 take the run's folds' median best epoch)."""
+    if config.full_data:
+        data = load_full_data(output_dir)
+        if config.epochs == 0:
+            config = replace(config, epochs=cv_epochs(run_dir, main))
+        return config, data
+    inner_share = config.inner_share if config.select_on == "inner" else 0.0
+    return config, load_fold_data(output_dir, config.fold, inner_share, config.seed)
+
+
+def claim(
+    run_dir: Path, run: str, config: TrainConfig, overwrite: bool, dist_info: Distributed
+) -> None:
+    """Claim the fold folder for this run on rank 0 (common.runs.folders.claim_fold_dir);
+    every rank learns its verdict before going on."""
+    refusal = None
+    if dist_info.main:
+        folder = layout.model_dir(run_dir, config.fold, config.full_data)
+        try:
+            if claim_fold_dir(folder, config, overwrite=overwrite):
+                print(f"--overwrite: removed {folder}")
+                write_oof(run_dir)  # without the removed fold's predictions
+            print(f"run {run}: {folder}")
+        except RunClashError as error:
+            refusal = error
+    if dist_info.broadcast(0.0 if refusal else 1.0) == 0.0:
+        raise refusal or RunClashError(f"run {run}: rank 0 refused the fold folder")
+
+
 def train(
     config: TrainConfig, output_dir: str | Path, run: str | None = None, overwrite: bool = False
 ) -> list[dict]:
@@ -375,25 +408,9 @@ def train(
         device = torch.device("cuda", dist_info.local_rank)
         torch.cuda.set_device(device)
     dist_info.init(device)
-    refusal = None
-    if dist_info.main:  # the other processes learn rank 0's verdict before going on
-        folder = layout.model_dir(run_dir, config.fold, config.full_data)
-        try:
-            if claim_fold_dir(folder, config, overwrite=overwrite):
-                print(f"--overwrite: removed {folder}")
-                write_oof(run_dir)  # without the removed fold's predictions
-            print(f"run {run}: {folder}")
-        except RunClashError as error:
-            refusal = error
-    if dist_info.broadcast(0.0 if refusal else 1.0) == 0.0:
-        raise refusal or RunClashError(f"run {run}: rank 0 refused the fold folder")
-    if config.full_data:
-        data = load_full_data(output_dir)
-        if config.epochs == 0:
-            config = replace(config, epochs=cv_epochs(run_dir, dist_info.main))
-    else:
-        inner_share = config.inner_share if config.select_on == "inner" else 0.0
-        data = load_fold_data(output_dir, config.fold, inner_share, config.seed)
+    # read (and checked) before the fold folder is touched: a refusal writes nothing
+    config, data = training_data(config, output_dir, run_dir, dist_info.main)
+    claim(run_dir, run, config, overwrite, dist_info)
     trainer = Trainer(config, run_dir, data, device, dist_info)
     history = trainer.fit()
     if dist_info.main and trainer.progress.epochs_run:

@@ -1,0 +1,187 @@
+"""Learning curve: the model, the boosted trees and their blend against the number of
+training students, on one demo generator and the same held-out students at every size.
+
+One demo of the largest size plus the held-out students (00, one seed); for each size, a
+copy of train.csv with the held-out students and that many others (the smaller sizes'
+students among the larger ones'), 01 on it, and 02 with the data set's own fold
+(`--strategy dataset`: the held-out students are fold 0, wholly new to the model); then
+per model variant 03 (the quick start's recipe, best.pt on an inner split of the training
+students), 04 (which fits the trees on every training row, chooses the blend's weight on
+the inner split and streams the blend) and 05 on fold 0.
+
+    python -m bench.bench_learning_curve                      # 2k, 8k, 32k students
+    python -m bench.bench_learning_curve --sizes 500,1000 --held-out 300   # a quick one
+
+It writes bench/results/learning_curve.txt and learning_curve.png beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from bench.benchlib import (
+    BENCH_RUN,
+    SMALL_DATA_RECIPE,
+    WORK,
+    Report,
+    bench_run,
+    make_demo_input,
+    relative,
+    results_flag,
+    run,
+    script,
+)
+from bench.fold_run import FoldRun, train_and_stream
+from common.files import atomic_file
+from common.model.blending import BLEND
+from common.model.boosting import FEATURE_BASELINE
+from common.tables import markdown_table
+
+VARIANTS = {"model": [], "model + past features (head)": ["--past-features", "head"]}
+SCORERS = ("model", FEATURE_BASELINE, BLEND)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="2000,8000,32000", help="training students")
+    parser.add_argument("--held-out", type=int, default=2000, help="students scored")
+    parser.add_argument("--seed", type=int, default=0, help="the demo generator's seed")
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--work-dir", type=Path, default=WORK / "learning_curve")
+    results_flag(parser, "learning_curve")
+    args = parser.parse_args(argv)
+    args.sizes = sorted(int(size) for size in args.sizes.split(","))
+    return args
+
+
+def size_data(args: argparse.Namespace, users: list[int], size: int) -> Path:
+    """01 and 02 of the held-out students and the first `size` others (skipped when
+    done); returns the output dir. `users`: the demo's user ids, held-out ones first."""
+    held_out, training = users[: args.held_out], users[args.held_out :][:size]
+    folder = args.work_dir / f"students_{size}"
+    out = folder / "output"
+    if (out / "folds" / "fold0.npz").exists():
+        return out
+    source = args.work_dir / "demo"
+    input_dir = folder / "input"
+    input_dir.mkdir(parents=True, exist_ok=True)
+    train = pd.read_csv(source / "train.csv")
+    train[train["user_id"].isin(set(held_out + training))].to_csv(
+        input_dir / "train.csv", index=False
+    )
+    for name in ("questions.csv", "lectures.csv", "demo_truth.csv"):
+        (input_dir / name).write_bytes((source / name).read_bytes())
+    pd.DataFrame({"user_id": held_out, "fold": 0}).to_csv(input_dir / "user_folds.csv", index=False)
+    where = ("--input-dir", input_dir, "--output-dir", out)
+    run(script("01_preprocess.py", *where, "--no-progress"))
+    run(script("02_make_folds.py", *where, "--strategy", "dataset", "--n-folds", 1))
+    return out
+
+
+def variant_scores(data: Path, name: str, flags: list[str]) -> dict[str, float]:
+    """03, 04 and 05 of one variant on the held-out fold (skipped when done); the pooled
+    AUC of each scorer."""
+    out = data.parent / name.replace(" ", "_").replace("+", "plus").replace("(", "").replace(
+        ")", ""
+    )
+    for sub in ("data", "folds"):
+        link = out / sub
+        if not link.exists():
+            out.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(Path("..") / "output" / sub, target_is_directory=True)
+    summary_path = bench_run(out) / "report" / "summary.json"
+    if not summary_path.exists():
+        train_and_stream(FoldRun(out), [*SMALL_DATA_RECIPE, *flags], logs=out / "logs")
+        where = ["--input-dir", data.parent / "input", "--output-dir", out, "--run", BENCH_RUN]
+        run(script("05_evaluate.py", *where, "--bootstrap", 0, "--no-progress"))
+    summary = json.loads(summary_path.read_text())
+    return {
+        "model": summary["auc"],
+        FEATURE_BASELINE: summary["baselines"][FEATURE_BASELINE],
+        BLEND: summary["blend_auc"],
+        "oracle": summary["oracle_auc"],
+    }
+
+
+def demo_users(args: argparse.Namespace) -> list[int]:
+    """The demo of the largest size and the held-out students (made once); its user ids
+    in the order the generator wrote them."""
+    folder = args.work_dir / "demo"
+    make_demo_input(folder, args.held_out + max(args.sizes), args.seed)
+    users = pd.read_csv(folder / "train.csv", usecols=["user_id"])["user_id"]
+    return list(pd.unique(users))
+
+
+def plot(path: Path, table: pd.DataFrame) -> None:
+    """AUC against training students (log scale), a line per variant and scorer."""
+    figure, ax = plt.subplots(figsize=(6.5, 4.5))
+    styles = {"model": "-o", FEATURE_BASELINE: "--s", BLEND: ":^"}
+    trees_drawn = False
+    for variant, rows in table.groupby("variant", sort=False):
+        for scorer in SCORERS:
+            if scorer == FEATURE_BASELINE and trees_drawn:
+                continue  # the same trees whatever the model variant
+            label = scorer if scorer == FEATURE_BASELINE else f"{variant}: {scorer}"
+            ax.plot(rows["students"], rows[scorer], styles[scorer], label=label)
+        trees_drawn = True
+    ax.set(xscale="log", xlabel="training students", ylabel="ROC AUC, held-out students")
+    ax.set_xticks(sorted(table["students"].unique()))
+    ax.set_xticklabels([f"{n:,}" for n in sorted(table["students"].unique())])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    with atomic_file(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(figure)
+
+
+def report_table(report: Report, table: pd.DataFrame) -> None:
+    header = ["training students", "variant", "model", "boosted features", "blend"]
+    header += ["model − trees", "blend − best of both", "oracle"]
+    body = []
+    for row in table.itertuples(index=False):
+        scores = row._asdict()
+        model, trees, blend = (scores[k] for k in ("model", "trees", "blend"))
+        body.append(
+            [f"{row.students:,}", row.variant, f"{model:.4f}", f"{trees:.4f}", f"{blend:.4f}",
+             f"{model - trees:+.4f}", f"{blend - max(model, trees):+.4f}", f"{row.oracle:.4f}"]
+        )  # fmt: skip
+    report(markdown_table(header, body, "rl" + "r" * (len(header) - 2)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    users = demo_users(args)
+    records = []
+    for size in args.sizes:
+        data = size_data(args, users, size)
+        for name in args.variants:
+            scores = variant_scores(data, name, VARIANTS[name])
+            records.append({"students": size, "variant": name, **scores})
+    table = pd.DataFrame(records).rename(columns={FEATURE_BASELINE: "trees", BLEND: "blend"})
+    report = Report("learning_curve", args.results)
+    report.header("Learning curve: model, trees and blend (bench/bench_learning_curve.py)")
+    report(
+        f"{args.held_out:,} held-out students (new to every model), the same at every size; "
+        f"demo seed {args.seed}; the quick start's recipe ({' '.join(SMALL_DATA_RECIPE)})"
+    )
+    report()
+    report_table(report, table)
+    figure = args.results.with_suffix(".png")
+    plot(figure, table.rename(columns={"trees": FEATURE_BASELINE, "blend": BLEND}))
+    report(f"\nfigure: {relative(figure)}")
+    report.write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
