@@ -229,7 +229,7 @@ def _file_value(where: str, value: object, f: Field, annotation: object) -> obje
             raise ValueError(f"{where}: {item!r}, but the field takes a {kind.__name__}")
         if choices is not None and item not in choices:
             raise ValueError(f"{where}: {item!r} is not one of {', '.join(map(str, choices))}")
-        check_range(f"{where}:", item, f.metadata)
+        check_range(where, item, f.metadata)
         checked.append(kind(item) if kind in (int, float) else item)
     return tuple(checked) if sequence else checked[0]
 

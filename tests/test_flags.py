@@ -81,3 +81,18 @@ def test_a_value_outside_its_range_is_refused_before_any_work(script, flag, valu
     assert flag in message and str(value) in message.replace(".0:", ":"), message
     assert "Traceback" not in done.stderr
     assert not out.exists() or not any(out.rglob("*")), "something was written"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [('{"lr": -1}', "lr -1"), ('{"model": {"dropout": 1.5}}', "model.dropout 1.5")],
+)
+def test_a_config_file_value_outside_its_range_is_refused(tmp_path, text, where):
+    """--config FILE: the same ranges, the file and the key named."""
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    done = run_numbered_script("03_train.py", "--output-dir", tmp_path / "out", "--config", path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    message = done.stderr.strip().splitlines()[-1]
+    assert str(path) in message and where in message and "must be" in message, message
+    assert not (tmp_path / "out").exists()

@@ -4,6 +4,7 @@ and demo rows come out with the competition's dtypes and values."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -189,6 +190,44 @@ def set_metadata(file: str, row: int, column: str, value: str):
     return corrupt
 
 
+def gzipped(input_dir: Path) -> dict:
+    """train.csv compressed, its name unchanged."""
+    path = input_dir / "train.csv"
+    path.write_bytes(gzip.compress(path.read_bytes()))
+    return {}
+
+
+def separated_by(mark: str):
+    def corrupt(input_dir: Path) -> dict:
+        train = TrainLines(input_dir)
+        train.lines = [line.replace(",", mark) for line in train.lines]
+        train.save()
+        return {}
+
+    return corrupt
+
+
+def latin1_header(input_dir: Path) -> dict:
+    """A header column named in Latin-1 (a spreadsheet's export)."""
+    path = input_dir / "train.csv"
+    head, rest = path.read_bytes().split(b"\n", 1)
+    rows = b"\n".join(line + b",x" for line in rest.split(b"\n") if line)
+    path.write_bytes(head + b",r\xe9sum\xe9\n" + rows + b"\n")
+    return {}
+
+
+def contradicting_label(input_dir: Path) -> dict:
+    """A question row whose label says the opposite of its user_answer against the
+    question's correct_answer."""
+    train = TrainLines(input_dir)
+    correct = pd.read_csv(input_dir / "questions.csv").set_index("question_id")["correct_answer"]
+    row = train.find(3, question_row)
+    train.set(row, "user_answer", int(correct[int(train.get(row, "content_id"))]))
+    train.set(row, "answered_correctly", 0)
+    train.save()
+    return {"row": row}
+
+
 @dataclass
 class Case:
     name: str
@@ -226,6 +265,11 @@ BAD_INPUT_CASES = [
     Case("blank row_id", set_field("row_id", ""), ("train.csv", ROW, "column 'row_id'", "found '<blank>'", "--assign-row-ids")),
     Case("blank part", set_metadata("questions.csv", 5, "part", ""), ("questions.csv", ROW, "column 'part'", "found ''")),
     Case("part 9", set_metadata("questions.csv", 5, "part", "9"), ("questions.csv", ROW, "column 'part'", "found 9", "1..7")),
+    Case("gzip named .csv", gzipped, ("train.csv", "gzip-compressed: decompress it first")),
+    Case("semicolons", separated_by(";"), ("train.csv", "(line 1)", "separates them by semicolons")),
+    Case("tabs", separated_by("\t"), ("train.csv", "(line 1)", "separates them by tabs")),
+    Case("Latin-1 header", latin1_header, ("train.csv", "(line 1)", "not UTF-8", "save the file as UTF-8")),
+    Case("label against answer", contradicting_label, ("train.csv", ROW, "column 'answered_correctly'", "found 0", "expected 1: user_answer")),
 ]
 # fmt: on
 
@@ -503,3 +547,24 @@ def test_demo_parquet_equals_csv(demo_input: Path, demo_output: Path) -> None:
         for column, dtype in dtypes.items():
             if dtype != "string":
                 assert str(written[column].dtype) == dtype, f"{name}.{column}"
+
+
+def test_a_utf8_byte_order_mark_is_read_as_pandas_reads_it(tmp_path: Path, write_input):
+    """A UTF-8 BOM before the header (as some editors write one): the same data as
+    without it, in train.csv and in questions.csv."""
+    plain = write_input(tmp_path / "plain")
+    marked = write_input(tmp_path / "marked")
+    for name in ("train.csv", "questions.csv"):
+        path = marked / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    outputs = {}
+    for name, folder in (("plain", plain), ("marked", marked)):
+        outputs[name] = tmp_path / f"out_{name}"
+        preprocess(PreprocessConfig(folder, outputs[name], progress=False))
+    a = TrainArrays.load(outputs["plain"] / DATA_SUBDIR)
+    b = TrainArrays.load(outputs["marked"] / DATA_SUBDIR)
+    assert a.columns.keys() == b.columns.keys()
+    for column in a.columns:
+        assert np.array_equal(a[column], b[column], equal_nan=a[column].dtype.kind == "f"), column
+    questions = [pd.read_parquet(outputs[n] / DATA_SUBDIR / "questions.parquet") for n in outputs]
+    pd.testing.assert_frame_equal(*questions)

@@ -452,6 +452,30 @@ def test_interrupted_writer_keeps_the_previous_output(case, demo, demo_input, re
     assert not torn, f"half-written: {torn}"
 
 
+@pytest.mark.slow
+def test_a_stopped_report_leaves_the_previous_report_whole(demo, streamed, tmp_path):
+    """05, run again with other settings, stopped at its second figure: report.md and
+    every file of report/ are the previous report's, none of the new run's (the folder is
+    swapped in whole, after its tables and figures are written)."""
+    work = tmp_path / "out"
+    work.mkdir()
+    run_evaluate(work, demo, streamed)
+    before = tree_bytes(run_folder(work))
+    calls = []
+
+    def second(*args, **kwargs) -> bool:
+        calls.append(1)
+        return len(calls) == 2
+
+    other = EvaluateConfig(bootstrap=20, progress=False, feature_baseline=False)
+    with interrupt(matplotlib.figure.Figure, "savefig", second), pytest.raises(Interrupted):
+        evaluate(work, demo.parent / "input", other, RUN)  # other tables than the first run's
+    after = tree_bytes(run_folder(work))
+    report = {k for k in before if k.startswith("report")}
+    assert {k: after.get(k) for k in report} == {k: before[k] for k in report}
+    assert not hidden(work)
+
+
 def test_snapshot_writer_keeps_the_previous_file(tmp_path):
     """The Kaggle bundle's state/snapshot.npz (np.savez_compressed into an atomic file)."""
     fields = {"question": np.zeros((2, 3), dtype=np.int16)}

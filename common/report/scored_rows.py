@@ -18,6 +18,7 @@ from common.data.fold_data import Fold, FoldMismatchError, check_fold_fingerprin
 from common.data.past_features import past_features, question_skills
 from common.data.question_rates import training_entries
 from common.data.schema import QUESTION
+from common.errors import UserError
 from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, TREES_FILE, fold_dir, folds_holding
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import BLEND
@@ -170,7 +171,13 @@ def _read_predictions(run_dir: Path, fold: Fold) -> tuple[Path, pd.DataFrame]:
     path = fold_dir(run_dir, fold.index) / STREAM_PREDICTIONS
     summary = stream_summary(run_dir, fold.index)
     check_fold_fingerprint(summary.get("fold_fingerprint"), fold, str(path))
-    predictions = pd.read_parquet(path)
+    try:
+        predictions = pd.read_parquet(path)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        raise UserError(
+            f"{path} cannot be read ({error}): stream the fold again (04_infer.py --fold "
+            f"{fold.index})"
+        ) from None
     missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
     if missing:
         raise ValueError(f"{path}: columns {missing} missing; found {list(predictions.columns)}")
