@@ -140,8 +140,8 @@ def test_checkpoints_are_self_describing(demo, tmp_path):
 @pytest.mark.slow
 def test_early_stopping_after_patience(demo, tmp_path):
     out = fresh_run(demo, tmp_path)
-    # lr 0: the validation AUC never improves after epoch 1
-    train(out, "--epochs", "6", "--lr", "0", "--patience", "1")
+    # lr 1e-30 leaves float32 weights unchanged: the validation AUC never improves after epoch 1
+    train(out, "--epochs", "6", "--lr", "1e-30", "--patience", "1")
     history = pd.read_csv(fold0(out) / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3]
 
@@ -156,7 +156,8 @@ def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, t
         "03_train.py", "--output-dir", out, "--run", RUN, "--full-data", "--epochs", 0
     )
     assert refused.returncode == 2 and "no fold*/best.pt" in refused.stderr
-    train(out, "--epochs", "3", "--lr", "0", "--patience", "5")  # lr 0: epoch 1 stays best
+    # lr 1e-30: the weights stay as they are, epoch 1 stays best
+    train(out, "--epochs", "3", "--lr", "1e-30", "--patience", "5")
     cv_best = torch.load(fold0(out) / "best.pt", weights_only=False)["best_epoch"]
     assert cv_best == 1
     stdout = train(out, "--full-data", "--epochs", "0")
