@@ -6,7 +6,10 @@ receptive field of context, batch_size windows' worth of trained questions per s
 after warm-up steps, as the median of repeats. A rate counts trained questions only (the
 context before a span is computed but not counted). Reports model FLOPs per trained
 interaction (torch's FlopCounterMode on one step), the machine's measured fp32 matmul
-peak, and the share of that peak the training step reaches.
+peak, and the share of that peak the training step reaches; and, over epoch 1's batches,
+the positions computed per trained question (context and padding included) as this CPU's
+part plan cuts them and as the CUDA plan would for an H200 (common.train.plan.PartPlan;
+computed here, the plan needs no GPU).
 
     python -m bench.bench_train --data-dir output/demo --threads 2   # after ./run_demo.sh
 
@@ -25,12 +28,13 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.benchlib import REPO, WORK, Report, results_flag
+from bench.benchlib import H200_FREE_BYTES, REPO, WORK, Report, results_flag
 from common.data.fold_data import load_fold_data
 from common.model.predict import to_tensors
 from common.model.saint import ModelConfig
 from common.tables import markdown_table
 from common.train.config import TrainConfig
+from common.train.plan import PartPlan
 from common.train.trainer import Trainer
 
 
@@ -70,6 +74,21 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, repe
     return 2 * size**3 * repeats / (time.perf_counter() - begin)
 
 
+def positions_per_trained(trainer: Trainer, device: torch.device, free_bytes: int) -> tuple:
+    """(positions computed per trained question, parts per step) over epoch 1's batches,
+    cut as `device` cuts them (PartPlan): every part padded to its longest sequence."""
+    parts = PartPlan.for_device(trainer.setup.model_config, device, free_bytes=free_bytes)
+    (_, start, begin, stop), steps = trainer.epoch_batches(0)
+    computed = count = 0
+    for index in steps:
+        length = torch.as_tensor(stop[index] - start[index])
+        groups = parts.groups(length)
+        computed += sum(len(length[g]) * int(length[g].max()) for g in groups)
+        count += len(groups)
+    trained = sum(int((stop[i] - begin[i]).sum()) for i in steps)
+    return computed / trained, count / len(steps)
+
+
 def measure(data, name: str, args: argparse.Namespace) -> dict:
     """Interactions/s of full optimizer steps (median of repeats), and FLOPs counted on
     one step of the uncompiled model (compiling does not change them)."""
@@ -84,6 +103,10 @@ def measure(data, name: str, args: argparse.Namespace) -> dict:
     with FlopCounterMode(display=False) as counter:
         counting.train_step(batches[0])
     flops_per_interaction = counter.get_total_flops() / trained[0]
+    cpu_plan = positions_per_trained(counting, torch.device("cpu"), 0)
+    # the CUDA plan for this GPU's free memory when run on one, else for an H200's
+    free = None if device.type == "cuda" else H200_FREE_BYTES
+    cuda_plan = positions_per_trained(counting, torch.device("cuda"), free)
     trainer = Trainer(config, out, data, device) if args.compile else counting
     rates = []
     for _ in range(args.repeats):
@@ -105,7 +128,21 @@ def measure(data, name: str, args: argparse.Namespace) -> dict:
         "rate": statistics.median(rates),
         "rates": rates,
         "flops_per_interaction": flops_per_interaction,
+        "cpu_plan": cpu_plan,
+        "cuda_plan": cuda_plan,
     }
+
+
+def table_row(name: str, r: dict, peak: float) -> list:
+    """One config's row of the table."""
+    share = r["rate"] * r["flops_per_interaction"] / peak
+    repeats = ", ".join(f"{x:,.0f}" for x in r["rates"])
+    size = [str(r["d_model"]), str(r["d_ff"]), r["layers"], str(r["batch_size"])]
+    rate = [f"{r['rate']:,.0f}", repeats, f"{r['flops_per_interaction'] / 1e9:.4f}"]
+    plans = [
+        f"{ratio:.3f} ({parts:.1f} parts/step)" for ratio, parts in (r["cpu_plan"], r["cuda_plan"])
+    ]
+    return [name, *size, f"{r['parameters']:,}", *rate, f"{share:.0%}", *plans]
 
 
 def main() -> int:
@@ -141,21 +178,22 @@ def main() -> int:
     say(f"device      {args.device}, amp {args.amp}, compile {args.compile}")
     say(f"matmul peak {peak / 1e9:.0f} GFLOP/s ({compute}, 2048x2048, measured)")
     say(f"data        {args.data_dir}, fold 0")
+    gpu = "this GPU's free memory" if device.type == "cuda" else "an H200's 139 GiB, on the CPU"
+    say(f"CUDA plan   parts sized for {gpu}")
     header = ["config", "d_model", "d_ff", "layers", "batch", "params"]
     header += ["interactions/s (median)", "repeats", "GFLOP/interaction", "share of matmul peak"]
+    header += ["positions per trained question: CPU plan", "CUDA plan"]
     rows = []
     for name in args.configs.split(","):
         r = measure(data, name, args)
         say(f"{name}: {r['rate']:,.0f} interactions/s")
-        share = r["rate"] * r["flops_per_interaction"] / peak
-        repeats = ", ".join(f"{x:,.0f}" for x in r["rates"])
-        size = [str(r["d_model"]), str(r["d_ff"]), r["layers"]]
-        rate = [f"{r['rate']:,.0f}", repeats, f"{r['flops_per_interaction'] / 1e9:.4f}"]
-        rows.append(
-            [name, *size, str(r["batch_size"]), f"{r['parameters']:,}", *rate, f"{share:.0%}"]
+        ratio, parts = r["cuda_plan"]
+        say(
+            f"{name}: CUDA plan {ratio:.3f} positions per trained question ({parts:.1f} parts/step)"
         )
+        rows.append(table_row(name, r, peak))
     say()
-    say(markdown_table(header, rows, "lrrrrrrlrr").rstrip("\n"))
+    say(markdown_table(header, rows, "lrrrrrrlrrrr").rstrip("\n"))
     say.write()
     return 0
 

@@ -31,6 +31,9 @@ RESULTS = REPO / "bench" / "results"
 WORK = REPO / "bench" / "out"  # git-ignored
 SHARED_DATA = REPO.parent / "shared" / "data"
 GB = 1e9
+# the GPU this project may be lent (an H200) and its free memory when a run starts: the
+# CUDA batch plan is computed for it on the CPU (the plan needs no GPU)
+H200_FREE_BYTES = 139 * 2**30
 
 # (folder, what it is shown as, what a path below it starts with): the repository's own
 # paths are shown relative to its root

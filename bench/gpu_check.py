@@ -2,7 +2,8 @@
 
 Steps, each a process of its own (what a user runs):
   1. training throughput at the reference size (d_model 256, 2+2 layers, window 100,
-     batch 512) in bf16, without and with torch.compile (bench_train.py);
+     batch 512) in bf16, without and with torch.compile (bench_train.py), and the
+     positions the CUDA batch plan computes per trained question (target at most 1.3);
   2. a short demo training on the device (03_train.py, 2 epochs of the small-data recipe):
      interactions/s and the inner-split AUC;
   3. streaming at d256 through 04_infer.py on the device, in groups like the real example
@@ -44,8 +45,11 @@ STREAM_TARGET = 10_000  # rows/s at d256
 RIIID_INTERACTIONS = 101_230_332  # rows of the real train.csv (an epoch's upper bound)
 
 
-def train_rate(args: argparse.Namespace, data_out: Path, compile_: bool, say: Report) -> float:
-    """bench_train.py's median interactions/s at the reference size."""
+def train_rate(
+    args: argparse.Namespace, data_out: Path, compile_: bool, say: Report
+) -> tuple[float, float]:
+    """bench_train.py's median interactions/s at the reference size, and the positions its
+    CUDA batch plan computes per trained question."""
     config = "demo" if args.quick else "d256"
     steps = ("--steps", 2, "--warmup", 1, "--repeats", 1) if args.quick else ("--steps", 20)
     results = args.work_dir / f"train_{'compiled' if compile_ else 'eager'}.txt"
@@ -53,8 +57,10 @@ def train_rate(args: argparse.Namespace, data_out: Path, compile_: bool, say: Re
     command += ["--device", args.device, "--amp", args.amp, "--results", str(results)]
     command += ["--work-dir", str(args.work_dir / "train")] + (["--compile"] if compile_ else [])
     run(command, say=say)
-    found = re.search(rf"^{config}: ([\d,]+) interactions/s", results.read_text(), re.M)
-    return float(found.group(1).replace(",", ""))
+    text = results.read_text()
+    found = re.search(rf"^{config}: ([\d,]+) interactions/s", text, re.M)
+    plan = re.search(rf"^{config}: CUDA plan ([\d.]+) positions", text, re.M)
+    return float(found.group(1).replace(",", "")), float(plan.group(1))
 
 
 def demo_training(args: argparse.Namespace, data_out: Path, say: Report) -> dict:
@@ -100,8 +106,8 @@ def main() -> int:
     users = 200 if args.quick else 3000
     data = args.work_dir / f"demo{users}"
     data_out = make_demo(data / "input", data / "out", users, 0, ("--n-folds", "5"), say=say)
-    eager = train_rate(args, data_out, False, say)
-    compiled = None if args.no_compile else train_rate(args, data_out, True, say)
+    eager, plan = train_rate(args, data_out, False, say)
+    compiled = None if args.no_compile else train_rate(args, data_out, True, say)[0]
     demo = demo_training(args, data_out, say)
     stream = stream_rate(args, say)
 
@@ -116,6 +122,8 @@ def main() -> int:
         [f"training, {size}, torch.compile",
          "—" if compiled is None else f"{compiled:,.0f} interactions/s", "≥ 1,000,000",
          "" if compiled is None else epoch_minutes(compiled)],
+        ["03's CUDA batch plan", f"{plan:.3f} positions per trained question", "≤ 1.3",
+         "context and padding included"],
         ["03 demo recipe, 2 epochs", f"{demo['rate']:,.0f} interactions/s", "—",
          f"inner AUC {demo['auc']:.4f}"],
         [f"04 streaming, {model}, groups of 18-33 rows", f"{stream:,.0f} rows/s", "≥ 10,000",

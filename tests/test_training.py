@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from common.metrics import auc_or_nan
 from common.model.blend_bundle import BlendBundle
 from common.model.checkpoint import load_model, save_checkpoint
 from common.model.predict import to_tensors
-from common.train.plan import batch_bounds, epoch_spans, micro_batch_groups
+from common.train.plan import activation_bytes, batch_bounds, epoch_spans, micro_batch_groups
 from common.train.trainer import Trainer
 from tests.helpers import RUN, fold0, make_tiny_demo, run_folder, run_numbered_script, train_config
 
@@ -196,17 +197,70 @@ def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, t
 
 
 def test_micro_batch_parts_by_hand():
-    """A CPU batch (size 0) is cut into parts of similar length, longest first: a part
-    ends where the next window is under half its longest, or where it would pass the
-    budget of positions; with a size, plain slices."""
-    length = torch.tensor([10, 100, 40, 90, 80, 20, 45])
-    parts = [p.tolist() for p in micro_batch_groups(length, 0, budget=300)]
-    # sorted 100, 90, 80 | 45 (2 x 45 < 100), 40 | 20 (2 x 20 < 45), 10 (2 x 10 = 20 stays)
-    assert parts == [[1, 3, 4], [6, 2], [5, 0]]
-    # a budget of 200 positions: 100, 90 (3 x 100 > 200) | 80, 45 (3 x 80) | 40, 20 | 10
-    parts = [p.tolist() for p in micro_batch_groups(length, 0, budget=200)]
-    assert parts == [[1, 3], [4, 6], [2, 5], [0]]
-    assert micro_batch_groups(length, 3, budget=0) == [slice(0, 3), slice(3, 6), slice(6, 9)]
+    """Sequences sorted longest first are cut where positions computed plus a cost per
+    part are fewest, within the budget of positions, the part cost halved until the
+    padding is at most 10%; with a size, plain slices."""
+    length = torch.tensor([12, 100, 10, 90])  # sorted: 100, 90, 12, 10 (212 positions)
+    # two parts: 200 + 24 positions + 2 x 20, against 400 + 20 in one
+    assert [p.tolist() for p in micro_batch_groups(length, 0, 1000, 20.0)] == [[1, 3], [0, 2]]
+    # a part costing 1,000 would keep one part (400 positions: 89% padding); the cost is
+    # halved (to 125) until the padding is within 10%
+    assert len(micro_batch_groups(length, 0, 1000, 1000.0, padding=10.0)) == 1
+    assert [p.tolist() for p in micro_batch_groups(length, 0, 1000, 1000.0)] == [[1, 3], [0, 2]]
+    # a budget of 150 positions: 100 and 90 each alone (2 x 100 > 150), 12 and 10 together
+    parts = [p.tolist() for p in micro_batch_groups(length, 0, 150, 5.0)]
+    assert parts == [[1], [3], [0, 2]]
+    assert micro_batch_groups(length, 3, 0, 0.0) == [slice(0, 3), slice(3, 6)]
+
+
+def _cost(parts: list[list[int]], cost: float) -> float:
+    return sum(len(p) * max(p) for p in parts) + cost * len(parts)
+
+
+def test_micro_batch_parts_are_the_cheapest_cut():
+    """Against every cut of sorted random lengths into consecutive parts: the plan's
+    cost (positions plus the cost per part) is the least within the budget."""
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        lengths = sorted(rng.integers(1, 200, size=int(rng.integers(1, 9))).tolist())[::-1]
+        cost, budget = float(rng.integers(1, 300)), int(rng.integers(150, 800))
+        parts = micro_batch_groups(torch.tensor(lengths), 0, budget, cost, padding=100.0)
+        chosen = [[lengths[i] for i in p.tolist()] for p in parts]
+        best = math.inf
+        for mask in range(2 ** (len(lengths) - 1)):
+            cuts = [i + 1 for i in range(len(lengths) - 1) if mask >> i & 1]
+            cut = [lengths[a:b] for a, b in zip([0, *cuts], [*cuts, len(lengths)], strict=True)]
+            if all(len(p) == 1 or len(p) * p[0] <= budget for p in cut):
+                best = min(best, _cost(cut, cost))
+        assert all(len(p) == 1 or len(p) * p[0] <= budget for p in chosen)
+        assert _cost(chosen, cost) == pytest.approx(best)
+
+
+def test_activation_estimate_bounds_what_backward_keeps(demo):
+    """activation_bytes (what sizes a CUDA part) is at least what a training forward
+    saves for backward per position computed (torch's saved-tensor hooks, each storage
+    counted once, weights not), and within 3x of it."""
+    data = load_fold_data(demo, 0)
+    config = train_config(
+        d_model=64, heads=4, layers=2, window=10, batch_size=48, progress=False, select_on="fold"
+    )
+    trainer = Trainer(config, demo / "activations", data, torch.device("cpu"))
+    spans = epoch_spans(data.train_length, 40, 40, np.random.default_rng(0))
+    batch = to_tensors(trainer.batch_inputs(*spans, np.arange(48)), torch.device("cpu"))
+    weights = {p.untyped_storage().data_ptr() for p in trainer.model.parameters()}
+    saved: dict[int, int] = {}
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        trainer.model.train()(batch)
+    per_position = sum(saved.values()) / batch["valid"].numel()
+    estimate = activation_bytes(trainer.setup.model_config)
+    assert per_position <= estimate <= 3 * per_position, (per_position, estimate)
 
 
 def test_micro_batches_give_the_whole_batch_gradient(demo):
@@ -238,7 +292,8 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
             assert 0 < trained == int(batch["trained"].sum()) < int(batch["valid"].sum())
             for part, size in zip(parts, sizes, strict=True):
                 assert part["valid"].shape[1] == size.max()  # trimmed to its longest
-                assert 2 * size.min() >= size.max()  # similar lengths
+            computed = sum(p["valid"].numel() for p in parts)
+            assert computed <= 1.1 * int(batch["valid"].sum())  # padding within 10%
     for other in weights[1:]:
         for name, value in weights[0].items():
             torch.testing.assert_close(other[name], value, atol=1e-6, rtol=1e-5)

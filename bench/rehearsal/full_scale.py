@@ -9,9 +9,11 @@ Stages (bench/rehearsal/stages.py; the report: bench/rehearsal/report.py): the d
 chunks (common/inputs/demo_parallel.py), 01, 02 (one virtual-time fold: its tail is the Kaggle-like
 stream), 03's training steps at the reference size (d256, 2+2 layers, batch 512) on its own
 data path, 03's batch builder alone, 04 on the first --stream-rows question rows of the
-stream (the emulated API; then its Kaggle path with the bundle's snapshot of every student)
-and 04's loop under cProfile. A skipped stage reports the figures its last run kept in the
-work folder. Writes the printed text to --results.
+stream (the emulated API, the model alone), the trees the Kaggle bundle ships (fitted on a
+sample of students, bench/rehearsal/trees.py) and the bundle exported again with them, 04's
+Kaggle path (the bundle's snapshot of every student: the model's and the trees' feature
+state; the blend submitted) and that path under cProfile. A skipped stage reports the
+figures its last run kept in the work folder. Writes the printed text to --results.
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="question rows 04 streams (0: the whole stream)",
     )
     parser.add_argument(
+        "--tree-students",
+        type=int,
+        default=40_000,
+        help="students whose training rows the trees are fitted on (0: all)",
+    )
+    parser.add_argument("--blend-weight", type=float, default=0.5, help="the model's weight")
+    parser.add_argument(
         "--kaggle-rows", type=int, default=20_000, help="question rows of 04's Kaggle path"
     )
     parser.add_argument("--profile-rows", type=int, default=20_000, help="04 under cProfile")
@@ -75,6 +84,7 @@ def run_stages(args: argparse.Namespace, places: Places, say: Report) -> None:
         ),
         "batches": (stages.run_batches, args.batch_seconds, [args.jobs], args.batch_size),
         "stream": (stages.run_stream, args.stream_rows or None, args.threads),
+        "trees": (stages.run_trees, args.tree_students, args.blend_weight),
         "kaggle": (stages.run_kaggle, args.kaggle_rows, args.threads),
         "profile": (stages.run_profile, args.profile_rows, args.count_groups, args.threads),
     }  # fmt: skip

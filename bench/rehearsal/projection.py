@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.rehearsal.stages import MODEL_FORWARD
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -24,21 +26,28 @@ class Gpu:
 H200 = Gpu()  # what the report assumes
 
 
-def project_training(train: dict, gpu: Gpu, padded: bool = True) -> dict:
+def project_training(train: dict, gpu: Gpu, cuda_plan: bool = True) -> dict:
     """Interactions/s of 03's step on one GPU: its arithmetic (the FLOPs counted on a
     step), its memory traffic (the bytes its aten ops read and write, at bf16) and its
     launches, added (eager mode overlaps little at this size). The step was counted as
-    the CPU path runs it, in parts of similar length; on CUDA 03 runs the batch as one
-    part padded to its longest sequence (`padded`): FLOPs and bytes scale with the
-    positions computed, and the ops are one part's (the counted ops over the parts)."""
-    scale = train["gpu_padded_positions"] / train["cpu_padded_positions"] if padded else 1.0
-    parts = train["micro_batches"] if padded else 1
+    the CPU path runs it, in the CPU plan's parts of similar length; on CUDA 03 cuts the
+    batch by the CUDA plan (`cuda_plan`: fewer, larger parts sized for the GPU's memory):
+    FLOPs and bytes scale with the positions computed, launches with the parts."""
+    cpu_parts = train["micro_batches"]
+    scale, parts = 1.0, cpu_parts
+    if cuda_plan:
+        scale = train["cuda_padded_positions"] / train["cpu_padded_positions"]
+        parts = train["cuda_parts"]
     flops = train["flops_per_interaction"] * scale
     traffic = train["bytes_per_interaction"] * gpu.bytes_scale * scale
     per_interaction = {
         "arithmetic": flops / (gpu.bf16_flops * gpu.flop_use),
         "memory": traffic / (gpu.memory_bandwidth * gpu.bandwidth_use),
-        "launches": train["ops_per_step"] / parts * gpu.launch_s / train["counted_interactions"],
+        "launches": train["ops_per_step"]
+        / cpu_parts
+        * parts
+        * gpu.launch_s
+        / train["counted_interactions"],
     }
     bound = max(per_interaction, key=per_interaction.get)
     return {
@@ -47,6 +56,7 @@ def project_training(train: dict, gpu: Gpu, padded: bool = True) -> dict:
         "per_interaction_s": per_interaction,
         "flops_per_interaction": flops,
         "positions_scale": scale,
+        "parts": parts,
     }
 
 
@@ -55,7 +65,7 @@ def project_stream(profile: dict, gpu: Gpu) -> dict:
     the model's share becomes its launches and its arithmetic per group."""
     profiled = profile["profiled"]
     per_group_cpu = profiled["seconds"] / profiled["groups"]
-    model_share = profile["where"]["  model forward (builds and steps)"]["share"]
+    model_share = profile["where"][MODEL_FORWARD]["share"]
     rows_per_group = profile["rows_per_group"]
     model_gpu = max(
         profile["ops_per_group"] * gpu.launch_s,
@@ -82,17 +92,17 @@ def preprocess_gpu_row(p: dict) -> list[str]:
     ]
 
 
-def train_gpu_row(t: dict, gpu: Gpu, padded: bool) -> list[str]:
-    """03's step, as CUDA runs it (`padded`: one part padded to its longest sequence) or in
-    the CPU's length-sorted parts."""
-    projected = project_training(t, gpu, padded)
+def train_gpu_row(t: dict, gpu: Gpu, cuda_plan: bool) -> list[str]:
+    """03's step as CUDA runs it (`cuda_plan`: the CUDA plan's parts) or in the CPU
+    plan's parts."""
+    projected = project_training(t, gpu, cuda_plan)
     epoch = t["epoch_interactions"] / projected["interactions_per_s"]
     per = projected["per_interaction_s"]
     how = (
-        f"as 03 runs it on CUDA: one part padded to its longest sequence "
-        f"({projected['positions_scale']:.1f}x the positions of the sorted parts)"
-        if padded
-        else f"in {t.get('micro_batches', 'its')} length-sorted parts (as on the CPU)"
+        f"as 03 runs it on CUDA: {projected['parts']} length-sorted parts sized for the "
+        f"GPU's memory ({projected['positions_scale']:.2f}x the positions of the CPU's)"
+        if cuda_plan
+        else f"in the CPU plan's {projected['parts']} length-sorted parts"
     )
     return [
         f"03 training step, d256 2+2, batch {t.get('batch_size', 512)}, {how}",
@@ -142,9 +152,9 @@ def gpu_rows(f: dict, gpu: Gpu) -> list[list[str]]:
     if p := f.get("preprocess"):
         rows.append(preprocess_gpu_row(p))
     if t := f.get("train"):
-        # figures of an older run have no micro_batches: the sorted parts only
-        for padded in (True, False) if "micro_batches" in t else (False,):
-            rows.append(train_gpu_row(t, gpu, padded))
+        # figures of an older run have no CUDA plan: the CPU's parts only
+        for cuda_plan in (True, False) if "cuda_parts" in t else (False,):
+            rows.append(train_gpu_row(t, gpu, cuda_plan))
     if b := f.get("batches"):
         rows.append(batches_gpu_row(b, gpu))
     if (pr := f.get("profile")) and (s := f.get("stream")):

@@ -140,13 +140,38 @@ def stream_row(s: dict) -> list:
     )
 
 
+def trees_row(t: dict) -> list:
+    """The trees the bundle ships and the export with them: they must fit this machine."""
+    return _row(
+        "04's trees and Kaggle export",
+        f"trees as 04 fits them ({t['rounds']} rounds) on {t['rows']:,} of the training rows "
+        f"of {t['students']:,} students drawn at random ({t['questions']:,} questions: the "
+        f"batch features cover them all); blend weight {t['weight']:g}; then 04's export "
+        f"with every student's whole history (features.npz "
+        f"{t['features_bytes'] / GB:.2f} GB compressed)",
+        t,
+        f"fit {t['fit_s']:.0f} s (its arrays {_fit_gb(t)}); export {t['export_s']:.0f} s",
+    )
+
+
+def _fit_gb(t: dict) -> str:
+    """The fit's own arrays at their peak, and per question of the sequences it read."""
+    traced = t.get("fit_traced_bytes")
+    if traced is None:
+        return "not traced"
+    return f"{traced / GB:.2f} GB, {traced / t['questions']:.0f} B per question"
+
+
 def kaggle_row(k: dict) -> list:
     """04's Kaggle path: it must fit a Kaggle notebook's memory."""
+    submits = k["timing"].get("submits", "model")
+    features = k.get("features_bytes")
+    history = f" and history ({features / GB:.2f} GB)" if features else ""
     return _row(
         "04 streaming, Kaggle path (d256)",
-        f"--competition: the bundle's snapshot of every student "
-        f"({k['snapshot_bytes'] / GB:.2f} GB compressed), {k['timing']['rows']:,} rows"
-        + _kaggle_state(k["timing"].get("state_bytes")),
+        f"--competition, submitting the {submits}: the bundle's snapshot of every student "
+        f"({k['snapshot_bytes'] / GB:.2f} GB compressed){history}, "
+        f"{k['timing']['rows']:,} rows" + _kaggle_state(k["timing"].get("state_bytes")),
         k,
         f"{k['timing']['rows_per_s']:,.0f} rows/s",
         f"≤ {KAGGLE_GB:.0f} GB",
@@ -159,10 +184,12 @@ def _kaggle_state(state: dict | None) -> str:
         return ""
     budget = state.get("max_bytes")
     limit = f" (budget {budget / GB:.0f} GB)" if budget else ""
+    features = state.get("feature_state")
+    feature_state = f", the trees' feature state {_gb(features)}" if features else ""
     return (
         f"; online state {_gb(state['total'])} GB{limit}: rings of {state['students']:,} "
         f"students {_gb(state['student_state'])}, a pool of {state['cache_students']:,} caches "
-        f"{_gb(state['cache_pool'])}"
+        f"{_gb(state['cache_pool'])}{feature_state}"
     )
 
 
@@ -173,6 +200,7 @@ STAGE_ROWS = {
     "train": train_row,
     "batches": batches_row,
     "stream": stream_row,
+    "trees": trees_row,
     "kaggle": kaggle_row,
 }
 
@@ -191,7 +219,7 @@ def profile_lines(pr: dict) -> list[str]:
     ]
     for label, part in pr["where"].items():
         if label != "top_own_time":
-            lines.append(f"  {label:<36} {part['seconds']:8.1f} s  {part['share']:6.1%}")
+            lines.append(f"  {label:<48} {part['seconds']:8.1f} s  {part['share']:6.1%}")
     lines.append("  most own time (the whole process: start-up and the snapshot's load too):")
     for item in pr["where"]["top_own_time"]:
         lines.append(f"    {item['seconds']:8.2f} s  {item['function']}")

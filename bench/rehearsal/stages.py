@@ -4,11 +4,14 @@ process so its peak RSS is its own:
     python -m bench.rehearsal.stages generate --json F --input-dir D --scale S  # the demo
     python -m bench.rehearsal.stages train --json F --data-dir P --steps N      # 03's steps
     python -m bench.rehearsal.stages batches --json F --data-dir P --seconds T  # the builder
+    python -m bench.rehearsal.stages trees --json F --data-dir S --bundle-dir B  # 04's trees
 
 Each writes what it measured to --json. 01, 02 and 04 run as the numbered scripts
 themselves; bench/rehearsal/stream.py bounds 04's stream and stands in for the
 competition's `riiideducation` module so that 04 runs its competition path (the Kaggle
-dataset's snapshot of every student) on the rehearsal's stream; bench/rehearsal/measure.py
+dataset's snapshot of every student) on the rehearsal's stream; bench/rehearsal/trees.py
+fits the trees the Kaggle bundle ships and exports it again with them (the notebook then
+streams the blend: the model and the feature state); bench/rehearsal/measure.py
 measures each stage's process tree and counts FLOPs. The `run_*` functions are the
 recipe's stages: each keeps its figures in <work>/figures/<stage>.json, which
 bench/rehearsal/report.py turns into the report and the one-GPU projection.
@@ -33,7 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bench.benchlib import bench_fold, module, script
+from bench.benchlib import H200_FREE_BYTES, bench_fold, module, script
 from bench.rehearsal.measure import Measured, counted, measure
 from bench.rehearsal.stream import (
     GROUP_ROWS,
@@ -43,18 +46,22 @@ from bench.rehearsal.stream import (
     last_json,
     prepare_stream,
 )
+from bench.rehearsal.trees import stage_trees
 from common.data.fold_data import load_fold_data
 from common.data.schema import QUESTION
 from common.files import write_json
 from common.inputs.demo_parallel import make_demo_parallel, riiid_config
-from common.layout import FOLDS_SUBDIR
+from common.layout import FEATURE_SNAPSHOT_FILE, FOLDS_SUBDIR, SNAPSHOT_FILE, state_dir
 from common.model.predict import to_tensors
 from common.model.saint import ModelConfig
 from common.train.config import TrainConfig
+from common.train.plan import PartPlan
 from common.train.trainer import Trainer
 
 # the recipe's stages, in the order they run (full_scale's --skip names them)
-STAGES = ("generate", "preprocess", "folds", "train", "batches", "stream", "kaggle", "profile")
+STAGES = (
+    "generate", "preprocess", "folds", "train", "batches", "stream", "trees", "kaggle", "profile"
+)  # fmt: skip
 
 
 def child(stage: str, *args: object) -> list[str]:
@@ -105,11 +112,14 @@ def stage_train(args: argparse.Namespace) -> dict:
         trained.append(count)
     batch = to_tensors(trainer.batch_inputs(*spans, steps[len(trained)]), trainer.device)
     count = counted(lambda: trainer.train_step(batch))
-    # positions computed: on a CPU the batch runs in parts of similar length, each padded
-    # to its longest; on CUDA (no --micro-batch) in one part padded to the longest
+    # positions computed: the batch runs in parts of similar length, each padded to its
+    # longest, cut by the device's PartPlan: this CPU's, and an H200's (computed here)
     lengths = batch["valid"].sum(1)
     parts = trainer.micro_batches(batch)
     cpu_positions = sum(part["valid"].numel() for part in parts)
+    cuda = PartPlan.for_device(trainer.setup.model_config, torch.device("cuda"), 0, H200_FREE_BYTES)
+    cuda_parts = cuda.groups(lengths)
+    cuda_positions = sum(len(g) * int(lengths[g].max()) for g in cuda_parts)
     timed = slice(args.warmup, None)
     interactions = sum(trained[timed])
     rate = interactions / (sum(build[timed]) + sum(step[timed]))
@@ -137,7 +147,8 @@ def stage_train(args: argparse.Namespace) -> dict:
         "micro_batches": len(parts),
         "positions": int(lengths.sum()),
         "cpu_padded_positions": cpu_positions,
-        "gpu_padded_positions": len(lengths) * int(lengths.max()),
+        "cuda_parts": len(cuda_parts),
+        "cuda_padded_positions": cuda_positions,
     }
 
 
@@ -217,12 +228,17 @@ def stage_batches(args: argparse.Namespace) -> dict:
 
 
 # where 04's time goes: (file, function) whose cumulative time is a share of the loop's;
-# the parts nest (the model runs inside the state's predict, builds inside its forward)
+# the parts nest (the model's state and the feature state run inside the blend's predict,
+# the model inside the model state's, builds inside its forward)
+MODEL_FORWARD = "    model forward (builds and steps)"  # the projection's model share
 PROFILED = {
-    "OnlineState.predict (a group's whole work)": ("common/stream/online.py", "predict"),
-    "  cache builds (_build: last 400 questions)": ("common/stream/online.py", "_build"),
-    "  model forward (builds and steps)": ("common/model/saint.py", "forward"),
-    "  features (step_inputs)": ("common/data/features.py", "step_inputs"),
+    "BlendState.predict (a group's whole work)": ("common/stream/blend_state.py", "predict"),
+    "  OnlineState.predict (the model's state)": ("common/stream/online.py", "predict"),
+    "    cache builds (_build: last 400 questions)": ("common/stream/online.py", "_build"),
+    MODEL_FORWARD: ("common/model/saint.py", "forward"),
+    "    features (step_inputs)": ("common/data/features.py", "step_inputs"),
+    "  feature state (group_features)": ("common/data/past_state.py", "group_features"),
+    "  trees (Trees.probability)": ("common/model/trees.py", "probability"),
     "API emulator (iter_test)": ("common/stream/emulator.py", "iter_test"),
 }
 
@@ -256,6 +272,7 @@ CHILD_STAGES = {  # the stages measured inside a child process of this module
     "generate": stage_generate,
     "train": stage_train,
     "batches": stage_batches,
+    "trees": stage_trees,
 }
 
 
@@ -276,6 +293,9 @@ def child_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--workers", type=int, nargs="*", default=[2])
+    parser.add_argument("--bundle-dir", type=Path, help="trees: where the export goes")
+    parser.add_argument("--tree-students", type=int, default=0, help="trees: 0 for all")
+    parser.add_argument("--weight", type=float, default=0.5, help="trees: the model's weight")
     args = parser.parse_args(argv)
     write_json(args.json, CHILD_STAGES[args.stage](args))
     return 0
@@ -380,10 +400,14 @@ def run_batches(places: Places, seconds: float, workers: list[int], batch: int, 
 
 def run_stream(places: Places, max_rows: int | None, threads: int, say) -> dict:
     """04_infer.py on the bounded Kaggle-like stream (the fold's state: every student's
-    training questions), writing the Kaggle bundle (every student's snapshot)."""
+    training questions), writing the Kaggle bundle (every student's snapshot). The model
+    alone (--no-feature-baseline): 04's trees would be fitted on the batch features of
+    every training question (99M at Riiid's size); the `trees` stage fits them on a
+    sample and exports the bundle again with them."""
     shape = prepare_stream(places.prep, places.stream, max_rows)
     flags = ["--output-dir", places.stream, "--fold", 0, "--no-progress"]
     flags += ["--group-rows", GROUP_ROWS, "--kaggle-dir", places.bundle]
+    flags += ["--no-feature-baseline"]
     command = script("04_infer.py", *flags)
     m = measure(command, places.log("stream"), env=threads_env(threads), say=say)
     summary = json.loads((bench_fold(places.stream) / "stream_summary.json").read_text())
@@ -395,6 +419,16 @@ def run_stream(places: Places, max_rows: int | None, threads: int, say) -> dict:
         "threads": summary["torch_threads"],
     }
     return places.keep("stream", _measured(m) | shape | {"summary": figures})
+
+
+def run_trees(places: Places, students: int, weight: float, say) -> dict:
+    """The trees on the training rows of `students` students (0: all) with the blend's
+    `weight`, beside the stream's checkpoint; the Kaggle bundle exported again with them."""
+    out = places.figures("trees.child")
+    command = child("trees", "--json", out, "--data-dir", places.stream, "--bundle-dir")
+    command += [places.bundle, "--tree-students", students, "--weight", weight]
+    m = measure(command, places.log("trees"), env=threads_env(2), say=say)
+    return places.keep("trees", _measured(m) | json.loads(out.read_text()))
 
 
 def stream_prefix(places: Places, rows: int, folder: Path) -> Path:
@@ -418,8 +452,12 @@ def run_kaggle(places: Places, rows: int, threads: int, say) -> dict:
     flags = ["--competition", "--model-dir", root, "--fold", 0, "--no-progress"]
     m = measure(script("04_infer.py", *flags), places.log("kaggle"), env=env, say=say)
     timing = last_json(places.log("kaggle"))
-    snapshot = (root / "state" / "snapshot.npz").stat().st_size
-    return places.keep("kaggle", _measured(m) | {"timing": timing, "snapshot_bytes": snapshot})
+    sizes = {
+        f"{name}_bytes": (state_dir(root) / file).stat().st_size
+        for name, file in (("snapshot", SNAPSHOT_FILE), ("features", FEATURE_SNAPSHOT_FILE))
+        if (state_dir(root) / file).exists()
+    }
+    return places.keep("kaggle", _measured(m) | {"timing": timing} | sizes)
 
 
 def run_profile(places: Places, rows: int, count_groups: int, threads: int, say) -> dict:

@@ -246,6 +246,11 @@ class FeedForward(nn.Module):
 # layers
 
 
+def _tail(rope: tuple[Tensor, Tensor], skip: int) -> tuple[Tensor, Tensor]:
+    """A rotary table (B, T, ...) without its first `skip` positions."""
+    return rope[0][:, skip:], rope[1][:, skip:]
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -255,11 +260,19 @@ class EncoderLayer(nn.Module):
         self.feed_forward = FeedForward(config)
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, x, query_rope, remember, key_rope, mask) -> Tensor:
+    def forward(self, x, query_rope, remember, key_rope, mask, skip: int = 0) -> Tensor:
         """x (B, T, D). remember(state of this call's keys) -> the state of every key to
-        attend to (a cache adds earlier keys); key_rope covers those keys."""
+        attend to (a cache adds earlier keys); key_rope covers those keys. skip: the
+        first positions are keys only (B, T - skip, D out; a cache's mask tensor)."""
         h = self.norm1(x)
         state = remember(self.attention.kv_state(h, query_rope))
+        if skip:
+            x, h, query_rope, mask = (
+                x[:, skip:],
+                h[:, skip:],
+                _tail(query_rope, skip),
+                mask[:, :, skip:],
+            )
         x = x + self.dropout(self.attention(h, query_rope, state, key_rope, mask))
         return x + self.dropout(self.feed_forward(self.norm2(x)))
 
@@ -324,14 +337,21 @@ class _AttentionInputs:
     q_where: tuple | None
     k_where: tuple | None
 
-    def remember(self, group: str, i: int, state: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        """A layer's new key state; with a cache, stored, and the whole ring returned."""
+    def remember(
+        self, group: str, i: int, state: tuple[Tensor, ...], skip: int = 0
+    ) -> tuple[Tensor, ...]:
+        """A layer's new key state; with a cache, stored, and the whole ring returned.
+        skip: the state starts at the batch's position `skip` (SAINT.prime)."""
         cache = self.cache
         if cache is None:
             return state
         ring = getattr(cache, group)[i]
         key_side = group == "readout" or (group == "decoder" and i == 0)
         where = self.k_where if key_side else self.q_where
+        if skip:
+            row, column, slot = where
+            kept = column >= skip
+            where = row[kept], column[kept] - skip, slot[kept]
         for target, new in zip(ring, state):  # noqa: B905 (Python 3.7: the Kaggle bundle)
             cache.store(target, new, where, cache.rows)
         return tuple(cache.read(target) for target in ring)
@@ -644,46 +664,108 @@ class SAINT(nn.Module):
             k_where=k_where,
         )
 
-    def _encode(self, batch: dict[str, Tensor], attend: _AttentionInputs) -> Tensor:
-        """(B, T, D): the encoder's output, each question attending causally."""
+    def prime(self, batch: dict[str, Tensor], cache: ModelCache) -> None:
+        """Store in `cache` the key states of `batch`'s positions, as forward does, for
+        later positions to attend (a streaming state built from a student's history); no
+        logits. Each layer's outputs are computed only where a later position can reach
+        them through the layers above it (_first_needed): the last decoder layer's
+        nowhere, each layer below it one window further back. The states stored are
+        forward's wherever a later query can attend them (tests/test_stream.py)."""
+        attend = self._attention_inputs(batch, cache)
+        first = self._first_needed(batch)
+        memory = self._encode(batch, attend, first)
+        keys = self._key_stream(batch)
+        self._decode(batch, keys, memory, attend, first)
+        if self.config.readout == "akt":
+            self._readout_state(batch, keys, attend)
+
+    def _first_needed(self, batch: dict[str, Tensor]) -> list[int]:
+        """Per layer (encoder, then decoder), the first batch position whose output a
+        position after the batch can reach: a query attends at most `window` positions
+        back, so a layer k layers below the last is needed over the last k windows of
+        every row (counted from the shortest row's end, so enough for every row)."""
+        length = int(batch["valid"].sum(1).min())
+        layers = len(self.encoder) + len(self.decoder)
+        window = self.config.window
+        return [max(0, length - (layers - 1 - i) * window) for i in range(layers)]
+
+    def _encode(
+        self, batch: dict[str, Tensor], attend: _AttentionInputs, first: list[int] | None = None
+    ) -> Tensor:
+        """(B, T, D): the encoder's output, each question attending causally; with
+        `first` (prime), from the last encoder layer's first needed position on."""
         x = self._encoder_input(batch)
+        done = 0  # the batch position x starts at
         for i, layer in enumerate(self.encoder):
-            remember = partial(attend.remember, "encoder", i)
-            x = layer(x, attend.query_rope, remember, attend.past_rope, attend.causal)
+            start = first[i] if first else 0
+            remember = partial(attend.remember, "encoder", i, skip=done)
+            rope, mask = attend.query_rope, attend.causal
+            if done:
+                rope, mask = _tail(rope, done), mask[:, :, done:]
+            x = layer(x, rope, remember, attend.past_rope, mask, skip=start - done)
+            done = start
         return self.encoder_norm(x)
 
     def _decode(
-        self, batch: dict[str, Tensor], keys: Tensor, memory: Tensor, attend: _AttentionInputs
+        self,
+        batch: dict[str, Tensor],
+        keys: Tensor,
+        memory: Tensor,
+        attend: _AttentionInputs,
+        first: list[int] | None = None,
     ) -> Tensor:
         """(B, T, D): the decoder's output from the key stream `keys` (B, S, D) and the
         encoder's output `memory`. The first layer's self-attention reads the key stream
-        under the container mask; later layers read their own inputs, causally."""
+        under the container mask; later layers read their own inputs, causally. With
+        `first` (prime), each layer from its first needed position on (memory from the
+        last encoder layer's); a layer needed nowhere only stores its key states."""
         query_rope, past_rope, causal = attend.query_rope, attend.past_rope, attend.causal
         index = batch["query_key_index"][..., None].expand(-1, -1, keys.shape[-1])
         x = keys.gather(1, index)  # (B, T, D): the key stream at each container's start
+        n_encoder = len(self.encoder)
+        memory_from = first[n_encoder - 1] if first else 0
+        memory_rope = _tail(query_rope, memory_from) if memory_from else query_rope
+        done = 0  # the batch position x starts at
         for i, layer in enumerate(self.decoder):
             if i == 0:
                 state = layer.self_attention.kv_state(layer.norm1(keys), attend.key_rope)
             else:
-                state = layer.self_attention.kv_state(layer.norm1(x), query_rope)
-            state = attend.remember("decoder", i, state)
-            cross_state = layer.cross_attention.kv_state(memory, query_rope)
-            cross_state = attend.remember("cross", i, cross_state)
+                rope = _tail(query_rope, done) if done else query_rope
+                state = layer.self_attention.kv_state(layer.norm1(x), rope)
+            state = attend.remember("decoder", i, state, skip=0 if i == 0 else done)
+            cross_state = layer.cross_attention.kv_state(memory, memory_rope)
+            cross_state = attend.remember("cross", i, cross_state, skip=memory_from)
             if i == 0:
                 self_rope, self_mask = attend.outcome_rope, attend.container
             else:
                 self_rope, self_mask = past_rope, causal
-            x = layer(x, query_rope, state, self_rope, self_mask, cross_state, past_rope, causal)
+            start = first[n_encoder + i] if first else 0
+            x = x[:, start - done :]
+            done = start
+            if not x.shape[1]:  # needed nowhere (prime's last layer)
+                continue
+            rope, memory_mask = query_rope, causal
+            if start:
+                rope, self_mask = _tail(query_rope, start), self_mask[:, :, start:]
+                memory_mask = causal[:, :, start:]
+            x = layer(x, rope, state, self_rope, self_mask, cross_state, past_rope, memory_mask)
         return x
+
+    def _readout_state(
+        self, batch: dict[str, Tensor], keys: Tensor, attend: _AttentionInputs
+    ) -> tuple[Tensor, ...]:
+        """The read-out's key state: key s carries question s - 1 (its embedding as the
+        key) and its outcome (the key stream plus that embedding as the value)."""
+        answered = self._question_vector(batch["key_question"])  # (B, S, D)
+        state = self.readout.kv_state((answered, keys + answered), attend.key_rope)
+        return attend.remember("readout", 0, state)
 
     def _read_out(self, batch: dict[str, Tensor], keys: Tensor, attend: _AttentionInputs) -> Tensor:
         """(B, T): the AKT-style read-out's logit, added to the decoder's."""
-        # key s carries question s - 1 and its outcome; the container mask lets a
-        # query read only the questions answered before its container
+        # the container mask lets a query read only the questions answered before its
+        # container
         asked = self._question_vector(batch["question"])  # (B, T, D)
-        answered = self._question_vector(batch["key_question"])  # (B, S, D)
-        state = self.readout.kv_state((answered, keys + answered), attend.key_rope)
-        state = attend.remember("readout", 0, state)
+        state = self._readout_state(batch, keys, attend)
         read = self.readout(
             self.readout_norm(asked),
             attend.query_rope,

@@ -571,5 +571,5 @@ class OnlineState:
             )
             block = self.model.empty_cache(len(part), self.context)
             with torch.no_grad():
-                self.model(to_tensors(inputs, self.device), block)
+                self.model.prime(to_tensors(inputs, self.device), block)
             self.pool.view(index[part]).absorb(block)

@@ -23,7 +23,7 @@ from common.model.distill import check_distill_options, load_teacher
 from common.model.saint import SAINT, ModelConfig
 from common.model.tags import install_tags, tag_shape
 from common.train.config import TrainConfig
-from common.train.plan import TrainPlan, lr_factor
+from common.train.plan import PartPlan, TrainPlan, lr_factor
 
 
 @dataclass
@@ -34,6 +34,7 @@ class TrainSetup:
     train_model: torch.nn.Module  # the model, compiled and/or wrapped for DDP
     difficulty: np.ndarray | None  # per flat question: its difficulty bucket as an input
     plan: TrainPlan
+    parts: PartPlan  # how a batch is cut into parts on this device
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     amp_dtype: torch.dtype | None
@@ -67,9 +68,10 @@ def build(
     amp_dtype = autocast_dtype(config.amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     train_model = training_module(model, config, device, dist)
+    parts = PartPlan.for_device(model_config, device, config.micro_batch)
     return TrainSetup(
-        model_config, model, teacher, train_model, difficulty, plan, optimizer, scheduler,
-        amp_dtype, scaler,
+        model_config, model, teacher, train_model, difficulty, plan, parts, optimizer,
+        scheduler, amp_dtype, scaler,
     )  # fmt: skip
 
 

@@ -33,7 +33,9 @@ class TrainConfig:
         range=at_least(0),
     )
     micro_batch: int = option(
-        0, "windows per forward pass (0: 64 on CPU, the batch on CUDA)", range=at_least(0)
+        0,
+        "sequences per forward pass (0: parts of similar length, sized for the device)",
+        range=at_least(0),
     )
     span: int = option(
         0,

@@ -107,26 +107,109 @@ def lr_factor(step: int, schedule: str, warmup: int, total_steps: int) -> float:
     raise ValueError(f"schedule must be noam or cosine, got {schedule!r}")
 
 
-def micro_batch_groups(length: torch.Tensor, size: int, budget: int) -> list:
-    """How a batch of windows (their lengths) is cut for gradient accumulation: slices of
-    `size` windows; or, with size 0 (a CPU), the windows sorted by length, longest first,
-    a new part starting where a window is under half the part's longest or where the part
-    would pass `budget` positions. The batch, and so the gradient, stays the same; the
-    padding does not: on students with short histories (most ASSISTments students have
-    under 100 responses) a random batch of 64 windows is mostly padding to its one long
-    window. Returns slices, or index tensors on the lengths' device."""
+PART_PADDING = 1.1  # a batch's parts compute at most 10% more positions than its sequences
+
+
+def _cheapest_cut(length: np.ndarray, budget: int, part_cost: float) -> list[int]:
+    """Where to cut lengths sorted longest first into consecutive parts, each padded to
+    its first (longest) length, so that the positions computed plus part_cost per part
+    are fewest, no part of two or more passing `budget` positions (dynamic programming
+    over the cut points). Returns the parts' ends."""
+    n = len(length)
+    best = np.zeros(n + 1)
+    cut = np.zeros(n + 1, dtype=np.int64)
+    first = np.arange(n)
+    for end in range(1, n + 1):
+        rows = end - first[:end]
+        positions = rows * length[:end]
+        cost = best[:end] + positions + part_cost
+        cost[(positions > budget) & (rows > 1)] = np.inf
+        cut[end] = int(np.argmin(cost))
+        best[end] = cost[cut[end]]
+    ends, end = [], n
+    while end:
+        ends.append(end)
+        end = int(cut[end])
+    return ends[::-1]
+
+
+def micro_batch_groups(
+    length: torch.Tensor, size: int, budget: int, part_cost: float, padding: float = PART_PADDING
+) -> list:
+    """How a batch of sequences (their lengths) is cut for gradient accumulation: slices
+    of `size` sequences (--micro-batch); or, with size 0 (the default on every device),
+    parts of sequences sorted longest first, each padded to its longest: the cut that
+    computes the fewest positions plus `part_cost` positions per part (what a part's
+    fixed cost of kernel launches is worth), each part within `budget` positions (what
+    fits the device's cache or memory), the part cost halved until the parts' padding
+    is at most `padding` times the sequences' positions. The batch, and so the gradient,
+    stays the same; the padding does not: most students' histories are short, and a batch
+    padded to its one long sequence is mostly padding. Returns slices, or index tensors
+    on the lengths' device."""
     n = len(length)
     if size:
         return [slice(lo, lo + size) for lo in range(0, n, size)]
     order = torch.argsort(length, descending=True, stable=True)
-    groups, lo = [], 0
-    sorted_length = length[order].tolist()
-    for i in range(1, n + 1):
-        longest = sorted_length[lo]
-        if i == n or 2 * sorted_length[i] < longest or (i + 1 - lo) * longest > budget:
-            groups.append(order[lo:i])
-            lo = i
-    return groups
+    ordered = length[order].cpu().numpy().astype(np.int64)
+    total = max(int(ordered.sum()), 1)
+    while True:
+        ends = _cheapest_cut(ordered, budget, part_cost)
+        starts = [0, *ends[:-1]]
+        computed = sum((e - s) * int(ordered[s]) for s, e in zip(starts, ends, strict=True))
+        if computed <= padding * total or part_cost < 1:
+            return [order[s:e] for s, e in zip(starts, ends, strict=True)]
+        part_cost /= 2
+
+
+CPU_PART_WINDOWS = 64  # a CPU part: at most 64 windows of positions (stays in cache)
+GPU_MEMORY_SHARE = 0.25  # a CUDA part: activations of at most a quarter of free memory
+GPU_PART_COST_WINDOWS = 32  # a CUDA part's launches cost as much as 32 windows' positions
+
+
+def activation_bytes(model: ModelConfig, key_span: int | None = None) -> int:
+    """An upper estimate of the bytes one position keeps for backward in fp32 (what a
+    part's memory grows with): per attention, its input, queries, keys, values, output
+    and layer norm (6 x d_model) and the scores of a block's queries over their keys,
+    softmax and mask (3 x heads x key_span, key_span two windows by default); per
+    feed-forward 2 x d_ff + 2 x d_model; the decoder's layers hold two attentions, the
+    read-out one more. tests/test_training.py checks it against the tensors an actual
+    forward pass saves."""
+    span = key_span or 2 * model.window
+    attention = 6 * model.d_model + 3 * model.n_heads * span
+    feed_forward = 2 * model.d_ff + 2 * model.d_model
+    attentions = model.encoder_layers + 2 * model.decoder_layers + (model.readout != "none")
+    layers = model.encoder_layers + model.decoder_layers
+    return 4 * (attentions * attention + layers * feed_forward)
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """How this device cuts a batch into parts (micro_batch_groups): at most `budget`
+    positions per part, a part's fixed cost worth `cost` positions; `size` > 0: plain
+    slices of that many sequences (--micro-batch)."""
+
+    budget: int
+    cost: float
+    size: int = 0
+
+    @classmethod
+    def for_device(
+        cls, model: ModelConfig, device: torch.device, size: int = 0, free_bytes: int | None = None
+    ) -> PartPlan:
+        """On a CPU, parts of at most 64 windows of positions, a part worth a window; on
+        CUDA, as many positions as a quarter of the free memory (`free_bytes`, or
+        measured) holds activations for, a part worth 32 windows (its kernel launches)."""
+        window = model.window
+        if device.type != "cuda":
+            return cls(CPU_PART_WINDOWS * window, float(window), size)
+        if free_bytes is None:
+            free_bytes = torch.cuda.mem_get_info(device)[0]
+        budget = int(GPU_MEMORY_SHARE * free_bytes) // activation_bytes(model)
+        return cls(max(budget, window), float(GPU_PART_COST_WINDOWS * window), size)
+
+    def groups(self, length: torch.Tensor) -> list:
+        """micro_batch_groups of sequences of these lengths."""
+        return micro_batch_groups(length, self.size, self.budget, self.cost)
 
 
 @dataclass(frozen=True)

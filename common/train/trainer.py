@@ -40,7 +40,7 @@ from common.runs.table import append_run_row
 from common.train.build import build
 from common.train.config import TrainConfig
 from common.train.outputs import Progress, RunFiles
-from common.train.plan import TrainPlan, micro_batch_groups
+from common.train.plan import TrainPlan
 
 
 def masked_bce(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -153,15 +153,12 @@ class Trainer:
         return inputs
 
     def micro_batches(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """Split a batch for gradient accumulation, each part trimmed to its longest
-        window. The gradient is that of the whole batch; only the working set shrinks
-        (on a CPU, 64 windows of 100 stay in cache where 512 do not).
-
-        On a CPU (no --micro-batch) the parts are sorted by length (micro_batch_groups)."""
-        size = self.config.micro_batch or (len(batch["valid"]) if self.device.type == "cuda" else 0)
-        groups = micro_batch_groups(batch["valid"].sum(1), size, 64 * self.plan.window)
+        """Split a batch for gradient accumulation (the setup's PartPlan: sorted parts of
+        similar length on every device, or --micro-batch slices), each part trimmed to its
+        longest sequence. The gradient is that of the whole batch; only the positions
+        computed and the working set shrink."""
         parts = []
-        for index in groups:  # slices, or (CPU path only) index tensors on the batch's device
+        for index in self.setup.parts.groups(batch["valid"].sum(1)):
             part = {name: value[index] for name, value in batch.items()}
             longest = int(part["valid"].sum(1).max())
             parts.append({name: value[:, :longest] for name, value in part.items()})

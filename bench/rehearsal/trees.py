@@ -1,0 +1,104 @@
+"""The rehearsal's Kaggle bundle with trees (bench/rehearsal/stages.py's `trees` stage): the
+boosted trees over past-event features fitted as 04 fits them (common.model.boosting:
+fit_feature_baseline, 04's default settings) on the fold's training rows of a sample of
+students, saved beside the stream's checkpoint with a fixed blend weight (the rehearsal
+has no inner split to choose one on; speed does not depend on it), then 04's export
+(common.stream.kaggle_export), which ships them with every student's whole history
+(state/features.npz).
+
+Why a sample of students: fit_feature_baseline samples its rows (boost_max_rows), but
+its batch features (common.data.past_features) cover every question of the sequences it
+is handed, 99M at Riiid's size."""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+from bench.benchlib import bench_fold, peak_gb
+from common.data.dataset import Dataset
+from common.data.features import QuestionSequences
+from common.data.fold_data import Fold
+from common.data.past_features import question_skills
+from common.layout import FEATURE_SNAPSHOT_FILE, state_dir
+from common.model.blend_bundle import BlendBundle
+from common.model.blending import fold_training
+from common.model.boosting import FeatureBaselineConfig, fit_feature_baseline
+from common.stream.kaggle_export import KaggleConfig, export_kaggle
+
+MODEL = "fold0"  # the bundle's model folder: the stream's fold 0
+
+
+def student_subset(sequences: QuestionSequences, students: np.ndarray):
+    """(the sequences of `students` alone, their flat indices in `sequences`)."""
+    lengths = sequences.lengths()[students]
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    index = np.repeat(sequences.offsets[students] - offsets[:-1], lengths)
+    index += np.arange(offsets[-1])
+    per_entry = {f.name: getattr(sequences, f.name)[index] for f in fields(sequences)
+                 if f.name != "offsets"}  # fmt: skip
+    return QuestionSequences(offsets=offsets, **per_entry), index
+
+
+def fit_trees(data_dir: Path, students: int, weight: float, seed: int = 0) -> dict:
+    """The fold's trees fitted on the training rows of `students` students drawn at random
+    (0: every student), saved beside data_dir's checkpoint with `weight`."""
+    begin = time.perf_counter()
+    dataset = Dataset.load(data_dir)
+    train = fold_training(dataset, Fold.load(data_dir, 0))
+    sequences = dataset.sequences
+    if 0 < students < sequences.n_students:
+        chosen = np.sort(np.random.default_rng(seed).choice(sequences.n_students, students, False))
+        sequences, index = student_subset(sequences, chosen)
+        train = train[index]
+    loaded = time.perf_counter()
+    loaded_gb = peak_gb()
+    config = FeatureBaselineConfig()
+    skill = question_skills(dataset.questions, dataset.n_questions)
+    tracemalloc.start()  # numpy's arrays are traced: the fit's own peak, beside the data's
+    fitted = fit_feature_baseline(
+        sequences, train, skill, dataset.n_questions, config.boost_question_prior, config,
+        config.boost_seed,
+    )  # fmt: skip
+    fit_bytes = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    record = {
+        "trees": {"rounds": fitted.rounds, "train_rows": fitted.train_rows},
+        "chosen_on": "the rehearsal: a fixed weight (no inner split)",
+        "choice": None,
+        "no_blend": None,
+    }
+    BlendBundle(fitted.trees, fitted.rates, skill, weight, record).save(bench_fold(data_dir))
+    return {
+        "students": sequences.n_students,
+        "questions": len(sequences.row),
+        "train_questions": int(train.sum()),
+        "rows": fitted.train_rows,
+        "rounds": fitted.rounds,
+        "weight": weight,
+        "load_s": loaded - begin,
+        "fit_s": time.perf_counter() - loaded,
+        "peak_gb_loaded": loaded_gb,  # this process's peak RSS so far (the data's load)
+        "peak_gb_fit": peak_gb(),
+        "fit_traced_bytes": fit_bytes,  # the arrays the fit allocated, at their peak
+    }
+
+
+def stage_trees(args: argparse.Namespace) -> dict:
+    """Fit and save the trees, then export the Kaggle bundle with them."""
+    figures = fit_trees(args.data_dir, args.tree_students, args.weight)
+    begin = time.perf_counter()
+    checkpoint = bench_fold(args.data_dir) / "best.pt"
+    dataset_dir, _ = export_kaggle(
+        args.data_dir, checkpoint, MODEL, args.bundle_dir, KaggleConfig().ids()
+    )
+    features = state_dir(dataset_dir) / FEATURE_SNAPSHOT_FILE
+    return figures | {
+        "export_s": time.perf_counter() - begin,
+        "features_bytes": features.stat().st_size,
+    }
