@@ -131,12 +131,14 @@ def plot(path: Path, table: pd.DataFrame) -> None:
         for scorer in SCORERS:
             if scorer == FEATURE_BASELINE and trees_drawn:
                 continue  # the same trees whatever the model variant
-            label = scorer if scorer == FEATURE_BASELINE else f"{variant}: {scorer}"
+            names = {"model": variant, BLEND: f"blend of {variant} and trees"}
+            label = names.get(scorer, "boosted features (trees)")
             ax.plot(rows["students"], rows[scorer], styles[scorer], label=label)
         trees_drawn = True
     ax.set(xscale="log", xlabel="training students", ylabel="ROC AUC, held-out students")
     ax.set_xticks(sorted(table["students"].unique()))
     ax.set_xticklabels([f"{n:,}" for n in sorted(table["students"].unique())])
+    ax.minorticks_off()
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     with atomic_file(path) as tmp:

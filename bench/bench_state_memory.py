@@ -1,8 +1,13 @@
-"""Peak memory of the Kaggle notebook's online state at Riiid's size, on the CPU: a snapshot
-of 393,656 students (synthetic histories of Riiid's mean length) filled under the notebook's
-default budget (common.stream.kaggle_notebook.COMPETITION_STATE_GB) for the reference model (d256,
-2+2 layers), then a group with a new student, then groups of students until the cache pool
-is full. Each phase prints the process's peak RSS so far.
+"""Peak memory of the Kaggle notebook's state at Riiid's size, on the CPU: a synthetic bundle
+of 393,656 students (the model's snapshot of each student's last questions, and the trees'
+feature snapshot of every student's whole history: histories of Riiid's mean length, about
+101M questions in all; trees of the full 300 rounds fitted on a small synthetic sample, their
+size does not grow with the students) loaded as the notebook loads it
+(common.stream.kaggle_notebook.bundle_state: the feature state's planned bytes reserved out of
+the default budget, COMPETITION_STATE_GB, first; the rest sizes the model's cache pool) for
+the reference model (d256, 2+2 layers); then a group with a new student, then groups of
+students until the cache pool is full. Each phase prints the process's peak RSS so far; the
+bundle is written by a child process, so the peak is the state's alone.
 
     python -m bench.bench_state_memory          # bench/results/state_memory.txt
 """
@@ -13,29 +18,127 @@ import argparse
 import sys
 import tempfile
 import time
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+from sklearn.ensemble import HistGradientBoostingClassifier
 
-from bench.benchlib import Report, peak_gb, results_flag
+from bench.benchlib import Report, load_average, peak_gb, results_flag
+from common.data.past_features import CATEGORICAL, FEATURE_NAMES
+from common.data.past_state import FeatureSnapshot
+from common.data.question_rates import QuestionRates
+from common.layout import (
+    FEATURE_SNAPSHOT_FILE,
+    PARTS_FILE,
+    SKILLS_FILE,
+    SNAPSHOT_FILE,
+    state_dir,
+)
+from common.model.blend_bundle import BlendBundle
+from common.model.boosting import FeatureBaselineConfig, to_trees
 from common.model.saint import SAINT, ModelConfig
-from common.stream.kaggle_notebook import COMPETITION_STATE_GB
-from common.stream.online import FIELD_DTYPES, OnlineState, Snapshot
+from common.stream.blend_state import BlendState
+from common.stream.kaggle_notebook import COMPETITION_STATE_GB, bundle_state
+from common.stream.online import FIELD_DTYPES, Snapshot
 
 STUDENTS, QUESTIONS = 393_656, 13_523
+MODEL = "fold0"  # the bundle's model folder
+GAP_MS = 30_000  # between a student's questions
 
 
-def synthetic_snapshot(model: SAINT, path: Path, students: int) -> None:
-    length = model.config.receptive_field
+def history_lengths(students: int) -> np.ndarray:
+    """Questions per student: geometric of Riiid's mean (257), at most 17,000."""
     rng = np.random.default_rng(0)
-    n_items = np.minimum(rng.geometric(1 / 257, students), 17_000).astype(np.int64)
+    return np.minimum(rng.geometric(1 / 257, students), 17_000).astype(np.int64)
+
+
+def synthetic_snapshot(length: int, path: Path, n_items: np.ndarray) -> None:
+    """The model's snapshot: each student's last `length` questions."""
+    rng = np.random.default_rng(0)
+    students = len(n_items)
     fields = {k: np.zeros((students, length), dtype=d) for k, d in FIELD_DTYPES.items()}
     fields["question"][:] = rng.integers(0, QUESTIONS, (1, length))
-    fields["timestamp"][:] = np.arange(length) * 30_000
+    fields["timestamp"][:] = np.arange(length) * GAP_MS
     users = np.arange(students, dtype=np.int64)
     Snapshot(users, n_items, n_items - 1, fields).save(path)
+
+
+def synthetic_feature_snapshot(n_items: np.ndarray) -> FeatureSnapshot:
+    """The trees' feature snapshot: every student's whole history (`n_items` questions,
+    the last one pending), with random questions and outcomes."""
+    rng = np.random.default_rng(1)
+    students, total = len(n_items), int(n_items.sum())
+    start = np.cumsum(n_items) - n_items
+    timestamp = np.arange(total, dtype=np.int64)
+    timestamp -= np.repeat(start, n_items)
+    timestamp *= GAP_MS
+    filed = n_items - 1
+    return FeatureSnapshot(
+        users=np.arange(students, dtype=np.int64),
+        start=start,
+        length=n_items,
+        filed=filed,
+        question=rng.integers(0, QUESTIONS, total, dtype=np.int16),
+        response=rng.integers(0, 2, total, dtype=np.int8),
+        timestamp=timestamp,
+        explained=filed // 4,
+        explanation_known=filed.copy(),
+        elapsed_sum=filed * 20.0,
+        elapsed_count=filed.copy(),
+        previous_elapsed=np.where(filed > 0, 20.0, np.nan),
+    )
+
+
+def synthetic_blend(rows: int = 20_000) -> BlendBundle:
+    """Trees of 04's settings (all rounds, no early stopping: the largest they get) fitted
+    on `rows` synthetic feature rows, with synthetic question rates and skills; weight 0.5."""
+    rng = np.random.default_rng(2)
+    config = FeatureBaselineConfig()
+    features = rng.random((rows, len(FEATURE_NAMES)))
+    categorical = [name in CATEGORICAL for name in FEATURE_NAMES]
+    features[:, categorical] = rng.integers(1, 8, (rows, sum(categorical)))
+    signal = features[:, :4].sum(axis=1) - 2.0
+    labels = (rng.random(rows) < 1 / (1 + np.exp(-2 * signal))).astype(np.int64)
+    model = HistGradientBoostingClassifier(
+        max_iter=config.boost_rounds,
+        learning_rate=config.boost_learning_rate,
+        max_leaf_nodes=config.boost_leaves,
+        early_stopping=False,
+        categorical_features=categorical,
+        random_state=0,
+    ).fit(features, labels)
+    trees = to_trees(model, np.arange(len(FEATURE_NAMES)))
+    rates = QuestionRates(rng.random(QUESTIONS), rng.integers(0, 10**4, QUESTIONS) * 1.0, 0.65)
+    skill = rng.integers(0, 188, QUESTIONS + 1)
+    skill[-1] = -1
+    record = {"trees": f"synthetic: {model.n_iter_} rounds on {rows:,} rows"}
+    return BlendBundle(trees, rates, skill, 0.5, record)
+
+
+def write_bundle(folder: Path, students: int, length: int) -> None:
+    """The bundle's state/ and <MODEL>/ trees, as 04's export lays them out."""
+    n_items = history_lengths(students)
+    state = state_dir(folder)
+    state.mkdir(parents=True)
+    np.save(str(state / PARTS_FILE), np.random.default_rng(3).integers(1, 8, QUESTIONS, np.int8))
+    synthetic_snapshot(length, state / SNAPSHOT_FILE, n_items)
+    synthetic_feature_snapshot(n_items).save(state / FEATURE_SNAPSHOT_FILE)
+    blend = synthetic_blend()
+    np.save(str(state / SKILLS_FILE), blend.skill)  # skill by question, as 04 ships it
+    (folder / MODEL).mkdir()
+    blend.save(folder / MODEL)
+
+
+def write_bundle_apart(folder: Path, students: int, length: int) -> None:
+    """write_bundle in a child process: its arrays never count in this one's peak."""
+    child = get_context("fork").Process(target=write_bundle, args=(folder, students, length))
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"writing the synthetic bundle failed (exit code {child.exitcode})")
 
 
 def group(users: np.ndarray, timestamp: int) -> pd.DataFrame:
@@ -57,6 +160,25 @@ def group(users: np.ndarray, timestamp: int) -> pd.DataFrame:
     )
 
 
+def say_filled(say, state: BlendState, students: int, seconds: float) -> None:
+    """The state as bundle_state built it: the feature state's bytes (total, per student),
+    the reserve taken for it, and the model's rings and pool in what is left."""
+    model = state.model_state.state_bytes()
+    features = state.features.state_bytes()
+    reserved = state.model_state.reserved_bytes
+    questions = len(state.features.base[0])  # the snapshot's flat history
+    say(f"filled {students:,} students in {seconds:.0f} s under a {COMPETITION_STATE_GB:g} GB "
+        f"budget: {reserved / 1e9:.2f} GB reserved for the feature state, then rings for "
+        f"{model['capacity']:,} students {model['student_state'] / 1e9:.2f} GB and a pool "
+        f"of {model['cache_students']:,} caches {model['cache_pool'] / 1e9:.2f} GB; "
+        f"peak RSS {peak_gb():.2f} GB")  # fmt: skip
+    say(f"feature state: {features['total'] / 1e9:.2f} GB = history of {questions:,} "
+        f"questions {features['history'] / 1e9:.2f} GB ({features['history'] / questions:.0f} "
+        f"B each) + slots for {state.features.capacity:,} students "
+        f"{features['slots'] / 1e9:.3f} GB; {features['total'] / students:,.0f} B per "
+        f"student")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--students", type=int, default=STUDENTS)
@@ -65,27 +187,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     say = Report("state_memory", args.results)
-    say.header("The notebook's online state at Riiid's size (bench/bench_state_memory.py)")
+    say.header("The notebook's state at Riiid's size (bench/bench_state_memory.py)")
     model = SAINT(ModelConfig(n_questions=QUESTIONS)).eval()
     budget = int(COMPETITION_STATE_GB * 1e9)
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "snapshot.npz"
-        synthetic_snapshot(model, path, args.students)
+        write_bundle_apart(Path(folder), args.students, model.config.receptive_field)
+        say(f"synthetic bundle written (a child process); load avg {load_average()}")
         start = time.time()
-        state = OnlineState(model, np.ones(QUESTIONS, np.int8), torch.device("cpu"),
-                            Snapshot.load(path), 4096, budget)  # fmt: skip
-        planned = state.state_bytes()
-        say(f"filled {args.students:,} students in {time.time() - start:.0f} s under a "
-            f"{COMPETITION_STATE_GB:g} GB budget: rings for {planned['capacity']:,} students "
-            f"{planned['student_state'] / 1e9:.2f} GB, a pool of {state.pool.size:,} caches "
-            f"{planned['cache_pool'] / 1e9:.2f} GB; peak RSS {peak_gb():.2f} GB")  # fmt: skip
+        state = bundle_state(Path(folder), MODEL, model, torch.device("cpu"), 4096, budget)
+        assert isinstance(state, BlendState), f"the bundle's state is {type(state).__name__}"
+        say_filled(say, state, args.students, time.time() - start)
     state.predict(group(np.array([10**9]), 10**12))
     say(f"a new student's first group (the pool allocated): peak RSS {peak_gb():.2f} GB")
-    step = 300
-    for first in range(0, state.pool.size, step):
-        state.predict(group(np.arange(first, min(first + step, state.pool.size)), 10**12))
-    say(f"{state.pool.size:,} students cached (the pool full): peak RSS {peak_gb():.2f} GB "
-        f"(Kaggle's notebooks have 13 GB)")  # fmt: skip
+    step, pool = 300, state.model_state.pool.size
+    for first in range(0, pool, step):
+        state.predict(group(np.arange(first, min(first + step, pool)), 10**12))
+    held = state.state_bytes()
+    say(f"{pool:,} students cached (the pool full): peak RSS {peak_gb():.2f} GB; the state "
+        f"{held['total'] / 1e9:.2f} GB of which the feature state "
+        f"{held['feature_state'] / 1e9:.2f} GB (Kaggle's notebooks have 13 GB)")  # fmt: skip
     say.write()
     return 0
 

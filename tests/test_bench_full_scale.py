@@ -56,6 +56,7 @@ STAGE_LINES = (
     "| 03 training, d256 2+2",
     "| 03's batch builder alone |",
     "| 04 streaming, emulated API (d256) |",
+    "| 04's trees and Kaggle export |",
     "| 04 streaming, Kaggle path (d256) |",
 )
 
@@ -82,6 +83,7 @@ def test_tiny_rehearsal_reports_every_stage(tmp_path):
         *("--train-steps", "1", "--train-warmup", "1", "--batch-size", "8"),
         *("--batch-seconds", "1", "--stream-rows", "200", "--kaggle-rows", "100"),
         *("--profile-rows", "100", "--count-groups", "2"),
+        *("--tree-students", "100"),  # a sample of the students, as at Riiid's size
         *("--work-dir", str(tmp_path / "work"), "--results", str(results)),
     ]
     done = subprocess.run(
@@ -99,6 +101,7 @@ def test_tiny_rehearsal_reports_every_stage(tmp_path):
         assert float(wall) >= 0 and re.search(r"\d", rate) and float(rss) > 0, lines[0]
     for heading in ("Data: 0.0005 of the real train.csv", "One GPU, projected", "cProfile"):
         assert heading in text
+    assert "submitting the blend" in text, "the Kaggle path streams the bundle's blend"
     projection = "\n".join(table_after(text, "| stage | measured here, per unit |"))
     for stage in ("03 training step", "03's batch builder (host CPU)", "04 streaming, d256"):
         assert f"| {stage}" in projection, f"{stage} missing from the GPU projection"

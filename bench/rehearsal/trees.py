@@ -40,8 +40,11 @@ def student_subset(sequences: QuestionSequences, students: np.ndarray):
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     index = np.repeat(sequences.offsets[students] - offsets[:-1], lengths)
     index += np.arange(offsets[-1])
-    per_entry = {f.name: getattr(sequences, f.name)[index] for f in fields(sequences)
-                 if f.name != "offsets"}  # fmt: skip
+    per_entry = {}
+    for f in fields(sequences):
+        value = getattr(sequences, f.name)
+        if f.name != "offsets" and value is not None:  # past: only when the model reads it
+            per_entry[f.name] = value[index]
     return QuestionSequences(offsets=offsets, **per_entry), index
 
 
