@@ -20,7 +20,14 @@ from common.metrics import auc_or_nan
 from common.model.blend_bundle import BlendBundle
 from common.model.checkpoint import load_model, save_checkpoint
 from common.model.predict import to_tensors
-from common.train.plan import activation_bytes, batch_bounds, epoch_spans, micro_batch_groups
+from common.model.saint import ModelConfig
+from common.train.plan import (
+    PartPlan,
+    activation_bytes,
+    batch_bounds,
+    epoch_spans,
+    micro_batch_groups,
+)
 from common.train.trainer import Trainer
 from tests.helpers import RUN, fold0, make_tiny_demo, run_folder, run_numbered_script, train_config
 
@@ -211,6 +218,25 @@ def test_micro_batch_parts_by_hand():
     parts = [p.tolist() for p in micro_batch_groups(length, 0, 150, 5.0)]
     assert parts == [[1], [3], [0, 2]]
     assert micro_batch_groups(length, 3, 0, 0.0) == [slice(0, 3), slice(3, 6)]
+
+
+def test_each_device_has_its_part_plan():
+    """A CPU part holds at most 64 windows of positions and costs a window; a CUDA part
+    holds a quarter of the free memory's worth of activations (at least a window) and
+    costs 32 windows; --micro-batch gives plain slices on both."""
+    config = ModelConfig(n_questions=50, d_model=32, n_heads=4, window=20)
+    cpu = PartPlan.for_device(config, torch.device("cpu"))
+    assert (cpu.budget, cpu.cost, cpu.size) == (64 * 20, 20.0, 0)
+    free = 10**9
+    cuda = PartPlan.for_device(config, torch.device("cuda"), free_bytes=free)
+    assert cuda.budget == free // 4 // activation_bytes(config) and cuda.cost == 32 * 20.0
+    assert PartPlan.for_device(config, torch.device("cuda"), free_bytes=1).budget == 20
+    assert PartPlan.for_device(config, torch.device("cuda"), 8, free).size == 8
+    length = torch.tensor([50, 40, 5, 3, 2, 1])  # the CUDA plan: fewer parts, within 10%
+    assert len(cuda.groups(length)) <= len(cpu.groups(length))
+    for plan in (cpu, cuda):
+        padded = sum(len(g) * int(length[g].max()) for g in plan.groups(length))
+        assert padded <= 1.1 * int(length.sum())
 
 
 def _cost(parts: list[list[int]], cost: float) -> float:
