@@ -83,7 +83,7 @@ def positions_per_trained(trainer: Trainer, device: torch.device, free_bytes: in
     for index in steps:
         length = torch.as_tensor(stop[index] - start[index])
         groups = parts.groups(length)
-        computed += sum(len(length[g]) * int(length[g].max()) for g in groups)
+        computed += parts.positions(length, groups)
         count += len(groups)
     trained = sum(int((stop[i] - begin[i]).sum()) for i in steps)
     return computed / trained, count / len(steps)

@@ -119,7 +119,7 @@ def stage_train(args: argparse.Namespace) -> dict:
     cpu_positions = sum(part["valid"].numel() for part in parts)
     cuda = PartPlan.for_device(trainer.setup.model_config, torch.device("cuda"), 0, H200_FREE_BYTES)
     cuda_parts = cuda.groups(lengths)
-    cuda_positions = sum(len(g) * int(lengths[g].max()) for g in cuda_parts)
+    cuda_positions = cuda.positions(lengths, cuda_parts)
     timed = slice(args.warmup, None)
     interactions = sum(trained[timed])
     rate = interactions / (sum(build[timed]) + sum(step[timed]))

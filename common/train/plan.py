@@ -211,6 +211,12 @@ class PartPlan:
         """micro_batch_groups of sequences of these lengths."""
         return micro_batch_groups(length, self.size, self.budget, self.cost)
 
+    @staticmethod
+    def positions(length: torch.Tensor, groups: list) -> int:
+        """Positions computed for `groups` (index tensors into `length`): each part is
+        padded to its longest sequence."""
+        return sum(len(g) * int(length[g].max()) for g in groups)
+
 
 @dataclass(frozen=True)
 class TrainPlan:
