@@ -196,12 +196,15 @@ def test_ctrl_c_prints_one_line(demo, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(demo, out)
     command = [sys.executable, str(REPO / "03_train.py"), "--output-dir", str(out), "--fold", "0"]
-    command += [str(a) for a in (*TINY, "--epochs", 50)]
+    # no early stopping: the run must still be training when the signal comes, however
+    # slowly this test is scheduled beside others
+    command += [str(a) for a in (*TINY, "--epochs", 50, "--patience", 50)]
     process = subprocess.Popen(command, cwd=REPO, env=CPU_ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 120
     while not list(fold0(out).glob("epoch_*.pt")) and time.monotonic() < deadline:
         time.sleep(0.2)
+    assert process.poll() is None, "03 ended before it could be interrupted"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
