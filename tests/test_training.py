@@ -235,8 +235,9 @@ def test_each_device_has_its_part_plan():
     length = torch.tensor([50, 40, 5, 3, 2, 1])  # the CUDA plan: fewer parts, within 10%
     assert len(cuda.groups(length)) <= len(cpu.groups(length))
     for plan in (cpu, cuda):
-        padded = plan.positions(length, plan.groups(length))
-        assert padded == sum(len(g) * int(length[g].max()) for g in plan.groups(length))
+        groups = plan.groups(length)
+        padded = plan.positions(length, groups)
+        assert padded == sum(len(g) * int(length[g].max()) for g in groups)
         assert padded <= 1.1 * int(length.sum())
 
 
