@@ -10,7 +10,10 @@ students), 04 (which fits the trees on every training row, chooses the blend's w
 the inner split and streams the blend) and 05 on fold 0.
 
     python -m bench.bench_learning_curve                      # 2k, 8k, 32k students
-    python -m bench.bench_learning_curve --sizes 500,1000 --held-out 300   # a quick one
+    python -m bench.bench_learning_curve --sizes 500,1000 --held-out 300 --epochs 2
+
+03 trains the recipe's 5 epochs at every size (`--epochs`: one number for every size, or
+one per size); best.pt is chosen among them on the inner split as always.
 
 It writes bench/results/learning_curve.txt and learning_curve.png beside it.
 """
@@ -55,12 +58,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="2000,8000,32000", help="training students")
     parser.add_argument("--held-out", type=int, default=2000, help="students scored")
+    parser.add_argument(
+        "--epochs", default="5", help="03's epochs: one for every size, or one per size"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the demo generator's seed")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--work-dir", type=Path, default=WORK / "learning_curve")
     results_flag(parser, "learning_curve")
     args = parser.parse_args(argv)
-    args.sizes = sorted(int(size) for size in args.sizes.split(","))
+    try:
+        args.sizes = sorted(int(size) for size in args.sizes.split(","))
+        epochs = [int(n) for n in args.epochs.split(",")]
+    except ValueError:
+        parser.error("--sizes and --epochs take comma-separated whole numbers")
+    if len(epochs) == 1:
+        epochs *= len(args.sizes)
+    if len(epochs) != len(args.sizes) or min(epochs) < 1 or min(args.sizes) < 1:
+        parser.error(f"--epochs needs one positive number, or one per size ({len(args.sizes)})")
+    args.epochs = dict(zip(args.sizes, epochs, strict=True))
     return args
 
 
@@ -90,7 +105,7 @@ def size_data(args: argparse.Namespace, users: list[int], size: int) -> Path:
 
 def variant_scores(data: Path, name: str, flags: list[str]) -> dict[str, float]:
     """03, 04 and 05 of one variant on the held-out fold (skipped when done); the pooled
-    AUC of each scorer."""
+    AUC of each scorer and best.pt's epoch. `flags` follow the recipe's (the last wins)."""
     out = data.parent / name.replace(" ", "_").replace("+", "plus").replace("(", "").replace(
         ")", ""
     )
@@ -106,6 +121,7 @@ def variant_scores(data: Path, name: str, flags: list[str]) -> dict[str, float]:
         run(script("05_evaluate.py", *where, "--bootstrap", 0, "--no-progress"))
     summary = json.loads(summary_path.read_text())
     return {
+        "best_epoch": FoldRun(out).best_checkpoint()["best_epoch"],
         "model": summary["auc"],
         FEATURE_BASELINE: summary["baselines"][FEATURE_BASELINE],
         BLEND: summary["blend_auc"],
@@ -147,15 +163,18 @@ def plot(path: Path, table: pd.DataFrame) -> None:
 
 
 def report_table(report: Report, table: pd.DataFrame) -> None:
-    header = ["training students", "variant", "model", "boosted features", "blend"]
+    header = ["training students", "variant", "epochs (best.pt's)", "model", "boosted features"]
+    header += ["blend"]
     header += ["model − trees", "blend − best of both", "oracle"]
     body = []
     for row in table.itertuples(index=False):
         scores = row._asdict()
         model, trees, blend = (scores[k] for k in ("model", "trees", "blend"))
+        epochs = f"{row.epochs} ({scores['best_epoch']})"
         body.append(
-            [f"{row.students:,}", row.variant, f"{model:.4f}", f"{trees:.4f}", f"{blend:.4f}",
-             f"{model - trees:+.4f}", f"{blend - max(model, trees):+.4f}", f"{row.oracle:.4f}"]
+            [f"{row.students:,}", row.variant, epochs, f"{model:.4f}", f"{trees:.4f}",
+             f"{blend:.4f}", f"{model - trees:+.4f}", f"{blend - max(model, trees):+.4f}",
+             f"{row.oracle:.4f}"]
         )  # fmt: skip
     report(markdown_table(header, body, "rl" + "r" * (len(header) - 2)))
 
@@ -167,14 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes:
         data = size_data(args, users, size)
         for name in args.variants:
-            scores = variant_scores(data, name, VARIANTS[name])
-            records.append({"students": size, "variant": name, **scores})
+            flags = [*VARIANTS[name], "--epochs", str(args.epochs[size])]
+            scores = variant_scores(data, name, flags)
+            record = {"students": size, "variant": name, "epochs": args.epochs[size]}
+            records.append({**record, **scores})
     table = pd.DataFrame(records).rename(columns={FEATURE_BASELINE: "trees", BLEND: "blend"})
     report = Report("learning_curve", args.results)
     report.header("Learning curve: model, trees and blend (bench/bench_learning_curve.py)")
     report(
         f"{args.held_out:,} held-out students (new to every model), the same at every size; "
-        f"demo seed {args.seed}; the quick start's recipe ({' '.join(SMALL_DATA_RECIPE)})"
+        f"demo seed {args.seed}; the quick start's recipe ({' '.join(SMALL_DATA_RECIPE)}) "
+        "with the epochs of the table's column"
     )
     report()
     report_table(report, table)

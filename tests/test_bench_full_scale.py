@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.rehearsal.report import whole_stream_rate
 from common.inputs.demo_parallel import make_demo_parallel, riiid_config
 from tests.helpers import REPO
 
@@ -73,6 +74,18 @@ def table_after(text: str, header: str) -> list[str]:
     return body
 
 
+def test_the_whole_stream_is_projected_from_its_builds_and_steps():
+    """A sample's cache builds and steps apart: 5 builds in 5 s of its 10 s for 100 rows
+    (steps 0.05 s a row); the whole stream's 1,000 rows and 20 continuing students
+    (20 builds): 50 s + 20 s, so 14 rows/s."""
+    timing = {"rows": 100, "seconds": 10.0, "cache_builds": 5, "build_seconds": 5.0}
+    whole = {"question_rows": 1000, "students": 30, "new_students": 10}
+    text = whole_stream_rate(timing, whole)
+    assert "(1,000 ms each), the steps alone 20 rows/s" in text
+    assert "(1,000 rows, 20 builds) projected at 14 rows/s" in text
+    assert whole_stream_rate({"rows": 100, "seconds": 10.0}, whole) == ""  # older figures
+
+
 @pytest.mark.slow
 def test_tiny_rehearsal_reports_every_stage(tmp_path):
     results = tmp_path / "full_scale.txt"
@@ -102,6 +115,10 @@ def test_tiny_rehearsal_reports_every_stage(tmp_path):
     for heading in ("Data: 0.0005 of the real train.csv", "One GPU, projected", "cProfile"):
         assert heading in text
     assert "submitting the blend" in text, "the Kaggle path streams the bundle's blend"
+    for start in ("| 04 streaming, emulated API", "| 04 streaming, Kaggle path"):
+        line = next(line for line in table if line.startswith(start))
+        assert "cache builds took" in line and "the steps alone" in line, line
+    assert "the feature state took" in next(line for line in table if "Kaggle path" in line)
     projection = "\n".join(table_after(text, "| stage | measured here, per unit |"))
     for stage in ("03 training step", "03's batch builder (host CPU)", "04 streaming, d256"):
         assert f"| {stage}" in projection, f"{stage} missing from the GPU projection"

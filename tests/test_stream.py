@@ -249,6 +249,13 @@ def attach_if_read(model: SAINT, data) -> np.ndarray | None:
 def stream_predictions(
     output_dir: Path, model: SAINT, frame=None, group_sizes=None, cache=4096, max_group=60
 ):
+    env, state, _ = streamed(output_dir, model, frame, group_sizes, cache, max_group)
+    return env, state
+
+
+def streamed(output_dir: Path, model: SAINT, frame=None, group_sizes=None, cache=4096,
+             max_group=60):  # fmt: skip
+    """The emulator and state after fold 0's stream (or `frame`), and the loop's timing."""
     data = load_fold_data(output_dir, 0)
     arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
     parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
@@ -265,8 +272,8 @@ def stream_predictions(
         env = Emulator(frame, EmulatorConfig(seed=5, max_group_students=max_group))
     else:
         env = Emulator(frame, group_sizes=group_sizes)
-    stream_loop(env, state, progress=False)
-    return env, state
+    timing = stream_loop(env, state, progress=False)
+    return env, state, timing
 
 
 @pytest.mark.parametrize(
@@ -464,6 +471,19 @@ def test_cache_eviction_is_bounded_and_exact(demo_dir):
     np.testing.assert_allclose(
         env.results()["prediction"], full.results()["prediction"], rtol=0, atol=1e-5
     )
+
+
+def test_the_loop_times_the_cache_builds_apart(demo_dir):
+    """stream_loop's timing splits out the cache builds (a continuing student's first
+    group): counted as the state counts them, a part of the predicting time, and the
+    rate without them that of the loop's other seconds."""
+    model = random_model(load_fold_data(demo_dir, 0).n_questions)
+    _, state, timing = streamed(demo_dir, model)
+    assert timing["cache_builds"] == state.builds > 0
+    assert 0 < timing["build_seconds"] < timing["predict_seconds"] <= timing["seconds"]
+    steps = timing["seconds"] - timing["build_seconds"]
+    assert timing["rows_per_s_without_builds"] == pytest.approx(timing["rows"] / steps)
+    assert timing["rows_per_s_without_builds"] > timing["rows_per_s"]
 
 
 def test_cache_pool_grows_with_the_students_and_keeps_their_entries():

@@ -8,6 +8,8 @@ This module ships in the Kaggle bundle: Python 3.7, torch 1.7, pandas 1.1.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 
@@ -43,14 +45,20 @@ class BlendState:
         self.model_reads = model_state.config.past_features != "none"
         self.record = record and bundle is not None
         self.recorded: list[pd.DataFrame] = []
+        self.feature_seconds = 0.0  # in the feature state's group_features
+        self.trees_seconds = 0.0
 
     def predict(self, test_df: pd.DataFrame) -> np.ndarray:
+        begin = time.perf_counter()
         features = self.features.group_features(test_df)
+        self.feature_seconds += time.perf_counter() - begin
         past = features[:, MODEL_COLUMNS] if self.model_reads else None
         model = self.model_state.predict(test_df, past)
         if self.bundle is None:
             return model
+        begin = time.perf_counter()
         trees = self.bundle.trees.probability(features)
+        self.trees_seconds += time.perf_counter() - begin
         if self.record:
             question = test_df["content_type_id"].to_numpy() == QUESTION
             self.recorded.append(
@@ -63,6 +71,14 @@ class BlendState:
                 )
             )
         return self.bundle.blend(model, trees)
+
+    def time_split(self) -> dict:
+        """The model state's split (OnlineState.time_split), the feature state's and the
+        trees' seconds beside it."""
+        split = dict(self.model_state.time_split())
+        split["feature_seconds"] = self.feature_seconds
+        split["trees_seconds"] = self.trees_seconds
+        return split
 
     def parts_of_predictions(self) -> pd.DataFrame:
         """The recorded groups' row_id, model_prediction and trees_prediction."""

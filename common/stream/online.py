@@ -26,6 +26,7 @@ merged into one container: none of their outcomes is known before all are predic
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,6 +243,12 @@ class OnlineState:
         self.previous: np.ndarray | None = None  # (rows, 2) slot, position of last group
         self.rebuilds = 0
         self.builds = 0
+        self.build_seconds = 0.0  # spent in _build: a student's first group is dearer
+
+    def time_split(self) -> dict:
+        """Where predicting went so far beside the groups' steps: the cache builds (a
+        continuing student's first group in the stream encodes their history first)."""
+        return {"cache_builds": self.builds, "build_seconds": self.build_seconds}
 
     # -- storage -----------------------------------------------------------------------
     def _fit_pool(self, known: int) -> int:
@@ -519,7 +526,9 @@ class OnlineState:
         cache_index, missing = self.pool.acquire(slots, self.cache_index)
         self.cache_index = cache_index
         if len(missing):
+            begin = time.perf_counter()
             self._build(slots[missing], start[missing])
+            self.build_seconds += time.perf_counter() - begin
         n = self.config.n_questions
         inputs = step_inputs(
             RingSource(self),
