@@ -59,7 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sizes", default="2000,8000,32000", help="training students")
     parser.add_argument("--held-out", type=int, default=2000, help="students scored")
     parser.add_argument(
-        "--epochs", default="5", help="03's epochs: one for every size, or one per size"
+        "--epochs",
+        default="5",
+        help="03's epochs, each at least 1: one for every size, or one per size",
     )
     parser.add_argument("--seed", type=int, default=0, help="the demo generator's seed")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
@@ -71,9 +73,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         epochs = [int(n) for n in args.epochs.split(",")]
     except ValueError:
         parser.error("--sizes and --epochs take comma-separated whole numbers")
+    if min(args.sizes) < 1:
+        parser.error("--sizes: each size is at least 1 student")
     if len(epochs) == 1:
         epochs *= len(args.sizes)
-    if len(epochs) != len(args.sizes) or min(epochs) < 1 or min(args.sizes) < 1:
+    if len(epochs) != len(args.sizes) or min(epochs) < 1:
         parser.error(f"--epochs needs one positive number, or one per size ({len(args.sizes)})")
     args.epochs = dict(zip(args.sizes, epochs, strict=True))
     return args
@@ -164,8 +168,7 @@ def plot(path: Path, table: pd.DataFrame) -> None:
 
 def report_table(report: Report, table: pd.DataFrame) -> None:
     header = ["training students", "variant", "epochs (best.pt's)", "model", "boosted features"]
-    header += ["blend"]
-    header += ["model − trees", "blend − best of both", "oracle"]
+    header += ["blend", "model − trees", "blend − best of both", "oracle"]
     body = []
     for row in table.itertuples(index=False):
         scores = row._asdict()

@@ -79,6 +79,7 @@ def test_the_whole_stream_is_projected_from_its_builds_and_steps():
     (steps 0.05 s a row); the whole stream's 1,000 rows and 20 continuing students
     (20 builds): 50 s + 20 s, so 14 rows/s."""
     timing = {"rows": 100, "seconds": 10.0, "cache_builds": 5, "build_seconds": 5.0}
+    timing["rows_per_s_without_builds"] = 100 / (10.0 - 5.0)  # as stream_loop gives it
     whole = {"question_rows": 1000, "students": 30, "new_students": 10}
     text = whole_stream_rate(timing, whole)
     assert "(1,000 ms each), the steps alone 20 rows/s" in text

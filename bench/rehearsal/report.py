@@ -126,9 +126,10 @@ def whole_stream_rate(timing: dict, whole: dict | None) -> str:
     meets most of its students for the first time, so it holds more builds per row than
     the whole. Empty for figures measured before the split was recorded."""
     builds, build_s = timing.get("cache_builds"), timing.get("build_seconds")
-    if build_s is None or not whole:
+    steps_rate = timing.get("rows_per_s_without_builds")  # common.stream.api_loop's
+    if steps_rate is None or not whole:
         return ""
-    step_s_per_row = (timing["seconds"] - build_s) / timing["rows"]
+    step_s_per_row = 1 / steps_rate
     each = f" ({build_s / builds * 1e3:,.0f} ms each)" if builds else ""
     text = (
         f"; {builds:,} cache builds took {build_s:.0f} s{each}, the steps alone "
