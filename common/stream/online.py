@@ -522,29 +522,43 @@ class OnlineState:
         self.n_items[slots] = start + counts
 
     def _forward(self, slots, start, counts) -> np.ndarray:
-        """Build missing caches, then one batched step over the new containers."""
+        """Build missing caches, then one batched step over the new containers: (U, T)
+        probabilities, student u's questions in row u.
+
+        The step's batch has a row per new question, not per student: a student's
+        questions share the student's pool row (each row writes its question's keys
+        there before any row reads it; the masks hide a later question from an earlier
+        one), and the rows share the key stream of the student's revealed outcomes. So a
+        group whose containers hold 1 to 5 questions is computed at one position per
+        question, not padded to its largest container (2 to 3 positions per question on
+        the Riiid-size rehearsal's stream)."""
         cache_index, missing = self.pool.acquire(slots, self.cache_index)
         self.cache_index = cache_index
         if len(missing):
             begin = time.perf_counter()
             self._build(slots[missing], start[missing])
             self.build_seconds += time.perf_counter() - begin
-        n = self.config.n_questions
+        student = np.repeat(np.arange(len(slots)), counts)  # (Q,) each question's student
+        rank = np.arange(len(student)) - np.repeat(np.cumsum(counts) - counts, counts)
+        owner, first = slots[student], start[student]
+        key_from = self.key_from[owner]
         inputs = step_inputs(
             RingSource(self),
-            slots,
-            self.session_start[slots],
-            start,
-            counts,
-            self.key_from[slots],
-            start - self.key_from[slots] + 1,
-            n,
+            owner,
+            self.session_start[owner],
+            first + rank,
+            np.ones(len(student), dtype=np.int64),
+            key_from,
+            first - key_from + 1,
+            self.config.n_questions,
         )
-        index = self.cache_index[slots]
+        index = self.cache_index[owner]
         with torch.no_grad():  # the new keys go straight into the students' pool rows
             logits = self.model(to_tensors(inputs, self.device), self.pool.view(index))
         self.key_from[slots] = start + 1
-        return torch.sigmoid(logits.float()).cpu().numpy()
+        probability = np.zeros((len(slots), int(counts.max())), dtype=np.float32)
+        probability[student, rank] = torch.sigmoid(logits.float()).cpu().numpy()[:, 0]
+        return probability
 
     def _build(self, slots: np.ndarray, start: np.ndarray) -> None:
         """Encode each student's last `receptive_field` questions before `start` (the
