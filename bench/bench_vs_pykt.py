@@ -149,20 +149,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--pykt-python", required=True, help="a Python with pykt-toolkit")
-    parser.add_argument("--users", type=int, default=3000, help="the demo's students")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--users", type=int, default=3000, help="the demo's students (>= 2)")
+    parser.add_argument("--seed", type=int, default=0, help="the demo's seed (>= 0)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (>= 1)")
     parser.add_argument(
         "--batch-sizes",
         default="512,64",
-        help="each a pair of runs, ours and pyKT's, comma-separated (512: SAINT's; 64: "
-        "pyKT's fastest on a 2-core CPU, bench/results/pykt_saint.txt)",
+        help="each (>= 1) a pair of runs, ours and pyKT's, comma-separated (512: SAINT's; "
+        "64: pyKT's fastest on a 2-core CPU, bench/results/pykt_saint.txt)",
     )
     parser.add_argument("--work-dir", type=Path, default=WORK / "vs_pykt")
     results_flag(parser, "vs_pykt")
     args = parser.parse_args(argv)
-    if args.users < 2 or args.threads < 1:
-        parser.error("--users must be >= 2 and --threads >= 1")
+    if args.users < 2 or args.seed < 0 or args.threads < 1:
+        parser.error("--users must be >= 2, --seed >= 0 and --threads >= 1")
     if shutil.which(args.pykt_python) is None:
         parser.error(f"--pykt-python: no Python at {args.pykt_python!r}")
     try:

@@ -31,6 +31,24 @@ SEQUENCES = "train_valid_sequences.csv"  # pyKT's name for the file of a data se
 VALID_FOLD, TRAIN_FOLD = 0, 1
 
 
+def pykt_saint(num_q: int, num_c: int, args: argparse.Namespace):
+    """pyKT's SAINT for num_q questions and num_c concepts at the width of `args`
+    (seq_len, d_model, heads, dropout, layers), without the vocabulary sizes its
+    constructor prints."""
+    from pykt.models.saint import SAINT
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return SAINT(
+            num_q,
+            num_c,
+            seq_len=args.seq_len,
+            emb_size=args.d_model,
+            num_attn_heads=args.heads,
+            dropout=args.dropout,
+            n_blocks=args.layers,
+        )
+
+
 def time_evaluation(loop) -> list[float]:
     """Times each call of pyKT's evaluation (of the validation fold) from its training
     loop's module `loop`: the list the seconds are appended to."""
@@ -53,18 +71,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--json", type=Path, required=True, help="where the figures go")
     parser.add_argument("--prepare", action="store_true", help="only build pyKT's cache")
-    parser.add_argument("--num-q", type=int, required=True)
-    parser.add_argument("--num-c", type=int, required=True)
-    parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--seq-len", type=int, default=100)
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--threads", type=int, default=2)
-    return parser.parse_args()
+    counts = {"num_q": None, "num_c": None, "batch_size": 512, "epochs": 1, "seq_len": 100}
+    counts |= {"d_model": 256, "layers": 2, "heads": 8, "threads": 2}
+    for name, default in counts.items():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=int, default=default, required=default is None, help=">= 1")
+    parser.add_argument("--dropout", type=float, default=0.1, help="in [0, 1)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="> 0")
+    args = parser.parse_args()
+    for name in counts:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if not 0 <= args.dropout < 1 or args.lr <= 0:
+        parser.error("--dropout must be in [0, 1) and --lr > 0")
+    return args
 
 
 def main() -> int:
@@ -72,7 +92,6 @@ def main() -> int:
     torch.set_num_threads(args.threads)
 
     import pykt.datasets.data_loader as loader
-    from pykt.models.saint import SAINT
 
     # the module (pykt.models re-exports its function train_model under the same name)
     loop = importlib.import_module("pykt.models.train_model")
@@ -87,16 +106,7 @@ def main() -> int:
         args.json.write_text(json.dumps({"trained": trained}))
         return 0
     torch.manual_seed(0)
-    with contextlib.redirect_stdout(io.StringIO()):  # SAINT() prints its vocab sizes
-        model = SAINT(
-            args.num_q,
-            args.num_c,
-            seq_len=args.seq_len,
-            emb_size=args.d_model,
-            num_attn_heads=args.heads,
-            dropout=args.dropout,
-            n_blocks=args.layers,
-        )
+    model = pykt_saint(args.num_q, args.num_c, args)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     # as pyKT's init_dataset4train makes them
     train_loader = DataLoader(train, batch_size=args.batch_size)

@@ -21,16 +21,14 @@ bench/results/pykt_saint.txt.
 """
 
 import argparse
-import contextlib
-import io
 import statistics
 import time
 
 import torch
-from pykt.models.saint import SAINT
 from pykt.models.train_model import model_forward
 
 from bench.benchlib import Report, load_average, results_flag
+from bench.pykt_saint_epoch import pykt_saint
 
 NUM_Q, NUM_C = 13523, 188  # Riiid question / skill vocabulary sizes
 
@@ -57,16 +55,7 @@ def train_step(model, opt, data):
 
 def bench(args, batch):
     torch.manual_seed(0)
-    with contextlib.redirect_stdout(io.StringIO()):  # SAINT() prints its vocab sizes
-        model = SAINT(
-            NUM_Q,
-            NUM_C,
-            seq_len=args.seq_len,
-            emb_size=args.d_model,
-            num_attn_heads=args.heads,
-            dropout=args.dropout,
-            n_blocks=args.layers,
-        )
+    model = pykt_saint(NUM_Q, NUM_C, args)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     data = random_batch(batch, args.seq_len, torch.Generator().manual_seed(batch))

@@ -65,6 +65,7 @@ def test_the_batch_sizes_are_pairs_of_runs():
         (["--batch-sizes", "0,64"], "--batch-sizes"),
         (["--batch-sizes", "x"], "--batch-sizes"),
         (["--users", "1"], "--users"),
+        (["--seed", "-1"], "--seed"),
         (["--pykt-python", "no/such/python"], "--pykt-python"),
     ],
 )

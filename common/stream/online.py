@@ -464,11 +464,11 @@ class OnlineState:
         position = start[inverse] + rank
         self._reveal_previous(slots, start, rows, first_row)
         self._append(slots, start, counts, rows, inverse, position, first_row)
-        probability = self._forward(slots, start, counts)
+        probability = self._forward(slots, start, inverse, position)
         previous[is_question, 0] = slots[inverse]
         previous[is_question, 1] = position
         self.previous = previous
-        return probability[inverse, rank]
+        return probability
 
     # -- steps ---------------------------------------------------------------------------
     def _reveal_previous(self, slots, start, rows: dict[str, np.ndarray], first_row) -> None:
@@ -521,33 +521,32 @@ class OnlineState:
         self.last_timestamp[slots] = timestamp
         self.n_items[slots] = start + counts
 
-    def _forward(self, slots, start, counts) -> np.ndarray:
-        """Build missing caches, then one batched step over the new containers: (U, T)
-        probabilities, student u's questions in row u.
+    def _forward(self, slots, start, inverse, position) -> np.ndarray:
+        """Build missing caches, then one batched step over the new containers: the
+        probability of each question row (row q is student inverse[q]'s question at
+        `position[q]`; start: each student's new container's first position).
 
-        The step's batch has a row per new question, not per student: a student's
-        questions share the student's pool row (each row writes its question's keys
-        there before any row reads it; the masks hide a later question from an earlier
-        one), and the rows share the key stream of the student's revealed outcomes. So a
-        group whose containers hold 1 to 5 questions is computed at one position per
-        question, not padded to its largest container (2 to 3 positions per question on
-        the Riiid-size rehearsal's stream)."""
+        The step's batch has a row per question, not per student: a student's questions
+        share the student's pool row (each row writes its question's keys there before
+        any row reads it; the masks hide a later question from an earlier one), and the
+        rows share the key stream of the student's revealed outcomes. So a group whose
+        containers hold 1 to 5 questions is computed at one position per question, not
+        padded to its largest container (2 to 3 positions per question on the Riiid-size
+        rehearsal's stream)."""
         cache_index, missing = self.pool.acquire(slots, self.cache_index)
         self.cache_index = cache_index
         if len(missing):
             begin = time.perf_counter()
             self._build(slots[missing], start[missing])
             self.build_seconds += time.perf_counter() - begin
-        student = np.repeat(np.arange(len(slots)), counts)  # (Q,) each question's student
-        rank = np.arange(len(student)) - np.repeat(np.cumsum(counts) - counts, counts)
-        owner, first = slots[student], start[student]
+        owner, first = slots[inverse], start[inverse]
         key_from = self.key_from[owner]
         inputs = step_inputs(
             RingSource(self),
             owner,
             self.session_start[owner],
-            first + rank,
-            np.ones(len(student), dtype=np.int64),
+            position,
+            np.ones(len(owner), dtype=np.int64),
             key_from,
             first - key_from + 1,
             self.config.n_questions,
@@ -556,9 +555,7 @@ class OnlineState:
         with torch.no_grad():  # the new keys go straight into the students' pool rows
             logits = self.model(to_tensors(inputs, self.device), self.pool.view(index))
         self.key_from[slots] = start + 1
-        probability = np.zeros((len(slots), int(counts.max())), dtype=np.float32)
-        probability[student, rank] = torch.sigmoid(logits.float()).cpu().numpy()[:, 0]
-        return probability
+        return torch.sigmoid(logits.float()).cpu().numpy()[:, 0]
 
     def _build(self, slots: np.ndarray, start: np.ndarray) -> None:
         """Encode each student's last `receptive_field` questions before `start` (the
