@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from common.data.features import FlatSource, build_sequences, step_inputs, window_inputs
+from common.data.past_features import MODEL_FEATURES
 from common.model.attention import Rotary, attention_mask
 from common.model.predict import plan_student, to_tensors
 from common.model.saint import SAINT, ModelConfig
@@ -226,7 +227,9 @@ def test_rotary_rotates_channel_pairs_by_position(fraction):
 def test_attention_by_blocks_equals_dense_attention(real_sequences, attention):
     """A long sequence's banded attention computed block by block (how training runs on
     sequences several windows long) gives the logits of dense attention under the same
-    masks, bundles of several questions included, whatever the block size."""
+    masks, and the same gradients, bundles of several questions included, whatever the
+    block size (the rows' blocks share one buffer of keys: a row's first block must not
+    read the row before it)."""
     seq = real_sequences
     model = small_model(13523, attention=attention, kv_latent_dim=16, window=12)
     student = int(np.argmax(seq.lengths()))
@@ -236,12 +239,62 @@ def test_attention_by_blocks_equals_dense_attention(real_sequences, attention):
     model.attention_block = 10**6  # one block: dense
     assert model._blocks(to_tensors(inputs, torch.device("cpu"))) is None
     valid = inputs["valid"]  # padded positions' outputs are never read
-    dense = run(model, inputs)[valid]
+    dense, dense_gradient = logits_and_gradient(model, inputs)
     for size in (5, 12, 29):
         model.attention_block = size
         blocks = model._blocks(to_tensors(inputs, torch.device("cpu")))
         assert blocks is not None and blocks.n_blocks > 3
-        np.testing.assert_allclose(run(model, inputs)[valid], dense, atol=1e-5)
+        logits, gradient = logits_and_gradient(model, inputs)
+        np.testing.assert_allclose(logits[valid], dense[valid], atol=1e-5)
+        np.testing.assert_allclose(gradient, dense_gradient, rtol=1e-4, atol=1e-5)
+
+
+def logits_and_gradient(
+    model: SAINT, inputs: dict, trained_from: int = 0, skip: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """The logits of `inputs` and the gradient, over every weight, of their sum over the
+    valid positions from `trained_from` on (weights of 1 to 3 by position, so that
+    positions do not cancel); skip: the pass computes only what those positions reach
+    (its logits start at a column up to trained_from)."""
+    model.zero_grad()
+    batch = to_tensors(inputs, torch.device("cpu"))
+    logits = model(batch, trained_from=trained_from if skip else 0)
+    rows, length = batch["valid"].shape
+    column = torch.arange(length - logits.shape[1], length)
+    weight = 1 + (torch.arange(rows)[:, None] * length + column) % 3
+    weight = weight * batch["valid"][:, column] * (column >= trained_from)
+    (logits * weight).sum().backward()
+    gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return logits.detach().numpy(), gradient.numpy()
+
+
+@pytest.mark.parametrize("variant", ["mha", "mla", "readout and past head"])
+def test_a_training_pass_computes_only_what_the_trained_positions_reach(real_sequences, variant):
+    """A training pass from column c on (SAINT.forward's trained_from, what 03 gives it:
+    the first position any row trains on) skips, per layer, the positions that no logit
+    from c on can reach, and gives the logits and gradients of the whole pass: attention
+    by blocks and dense, bundles in view."""
+    seq = real_sequences
+    overrides = {
+        "mha": {},
+        "mla": {"attention": "mla", "kv_latent_dim": 16},
+        "readout and past head": {"readout": "akt", "past_features": "head"},
+    }[variant]
+    model = small_model(13523, window=12, **overrides)
+    student = int(np.argmax(seq.lengths()))
+    args = (np.array([student, student]), np.array([100, 250]), np.array([150, 97]), 13523)
+    inputs = window_inputs(seq, *args)
+    rng = np.random.default_rng(0)
+    inputs["past"] = rng.random((*inputs["valid"].shape, len(MODEL_FEATURES)), dtype=np.float32)
+    for size, trained_from in ((5, 53), (12, 50), (10**6, 41)):  # blocks of 5, 12; dense
+        model.attention_block = size
+        whole, whole_gradient = logits_and_gradient(model, inputs, trained_from)
+        part, gradient = logits_and_gradient(model, inputs, trained_from, skip=True)
+        start = whole.shape[1] - part.shape[1]
+        assert 0 < start <= trained_from  # the layers below skipped more
+        valid = inputs["valid"][:, start:]
+        np.testing.assert_allclose(part[valid], whole[:, start:][valid], atol=1e-5)
+        np.testing.assert_allclose(gradient, whole_gradient, rtol=1e-4, atol=1e-5)
 
 
 def test_a_prediction_depends_on_the_receptive_field_only(real_sequences):

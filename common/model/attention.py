@@ -13,7 +13,7 @@ slides; nothing is recomputed; common.model.cache):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -58,12 +58,22 @@ class Blocks:
     attend lies in that span (reach >= window - 1 + how far a query's limit lies before
     it), the result equals dense attention under the same mask, at T x (size + reach)
     scores instead of T x T: what lets training run on sequences many windows long.
-    Queries and keys share positions (a training sequence: no cache)."""
+    Queries and keys share positions (a training sequence: no cache). A tail (`tail`)
+    covers the queries from column `offset` on, whose keys start `lead` columns before
+    them: the layers of a training pass above the first compute only the positions a
+    trained one can reach (SAINT.forward's trained_from)."""
 
     size: int
     reach: int
-    length: int
+    length: int  # queries: columns offset .. offset + length - 1
     mask: Tensor | None = None  # (B * n_blocks, 1, size, size + reach)
+    offset: int = 0
+    lead: int = 0
+    # the mask as fused attention's additive form, per dtype, and the tails: made once
+    # for the layers that share them (fused attention would convert a boolean mask at
+    # every call)
+    _additive: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _tails: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n_blocks(self) -> int:
@@ -74,10 +84,28 @@ class Blocks:
         x = _pad_positions(x, 0, self.n_blocks * self.size - self.length, fill)
         return x.reshape(x.shape[0] * self.n_blocks, self.size, *x.shape[2:])
 
-    def keys(self, x: Tensor, fill=0) -> Tensor:
-        """(B, T, ...) -> (B * n_blocks, reach + size, ...): block j's keys are positions
-        j * size - reach .. (j + 1) * size - 1 (fill before 0 and past T)."""
-        x = _pad_positions(x, self.reach, self.n_blocks * self.size - self.length, fill)
+    def keys(self, x: Tensor) -> Tensor:
+        """(B, T, ...) -> (B * n_blocks, reach + size, ...), a view without copies: block
+        j's keys are its row's positions j * size - reach .. (j + 1) * size - 1, with the
+        rows laid end to end, so that the slots before a row's position 0 hold the
+        previous row's last positions (zeros for the first row, and past T). The mask
+        (`masked`, from row_keys) lets no valid query attend those slots; padded queries
+        may, and their outputs are never read. A tail's keys are copied (row_keys): its
+        first block's keys lie in its own row."""
+        if self.offset:
+            return self.row_keys(x, 0)
+        x = _pad_positions(x, 0, self.n_blocks * self.size - self.length, 0)
+        flat = x.reshape(-1, *x.shape[2:])  # (B * n_blocks * size, ...)
+        flat = torch.cat((flat.new_zeros(self.reach, *flat.shape[1:]), flat))
+        return _Windows.apply(flat, self.size, self.reach + self.size)
+
+    def row_keys(self, x: Tensor, fill) -> Tensor:
+        """keys' layout, with each row's own slots before its first key and past T set to
+        `fill` (a copy): the key positions that masks are computed from, and a tail's
+        keys (x starting `lead` columns before the first query)."""
+        x = x[:, max(0, self.lead - self.reach) :]
+        before = self.reach - min(self.lead, self.reach)
+        x = _pad_positions(x, before, self.n_blocks * self.size - self.length, fill)
         span = self.reach + self.size
         windows = x.unfold(1, span, self.size).movedim(-1, 2)  # (B, n_blocks, span, ...)
         return windows.reshape(-1, span, *x.shape[2:])
@@ -87,15 +115,63 @@ class Blocks:
         y = y.reshape(-1, self.n_blocks * self.size, *y.shape[2:])
         return y[:, : self.length]
 
+    def mask_for(self, dtype: torch.dtype) -> Tensor:
+        """The mask as `dtype` queries' fused attention reads it: 0 where a query may
+        attend, -inf elsewhere (boolean where torch has no fused attention)."""
+        if getattr(F, "scaled_dot_product_attention", None) is None:
+            return self.mask
+        if dtype not in self._additive:
+            additive = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            self._additive[dtype] = additive.masked_fill_(~self.mask, float("-inf"))
+        return self._additive[dtype]
+
+    def tail(self, start: int, key_start: int) -> Blocks:
+        """These blocks for the queries from column `start` on (a multiple of size),
+        their keys from column `key_start` (at most start): the same blocks from
+        start / size on, so the same rows of the mask."""
+        if not start and not key_start:
+            return self
+        if start % self.size or key_start > start or self.offset:
+            raise ValueError(f"no tail of blocks of {self.size} from {start} (keys {key_start})")
+        if (start, key_start) not in self._tails:
+            rows = self.mask.unflatten(0, (-1, self.n_blocks))[:, start // self.size :]
+            self._tails[start, key_start] = Blocks(
+                self.size, self.reach, self.length - start, rows.flatten(0, 1), start,
+                start - key_start,
+            )  # fmt: skip
+        return self._tails[start, key_start]
+
     def masked(self, query_limit: Tensor, valid: Tensor, key_position: Tensor, window: int):
         """These blocks with attention_mask's mask, from (B, T) query limits and validity
         and (B, T) key positions (-1: no key)."""
-        key_position = self.keys(key_position, -1)
+        key_position = self.row_keys(key_position, -1)
         mask = attention_mask(
             self.queries(query_limit), self.queries(valid, False), key_position,
             key_position >= 0, window,
         )  # fmt: skip
         return replace(self, mask=mask)
+
+
+class _Windows(torch.autograd.Function):
+    """Overlapping windows of `span` positions every `size` positions of a (L, ...)
+    tensor, (N, span, ...), as a view. Its gradient adds each window's gradient back in
+    chunks of `size` positions: a few strided additions, where unfold's own backward
+    (a generic index scatter) costs several times more."""
+
+    @staticmethod
+    def forward(ctx, flat: Tensor, size: int, span: int) -> Tensor:
+        ctx.length, ctx.size, ctx.span = flat.shape[0], size, span
+        return flat.unfold(0, span, size).movedim(-1, 1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        size, span, windows = ctx.size, ctx.span, grad.shape[0]
+        chunks = -(-span // size)
+        total = grad.new_zeros(windows + chunks - 1, size, *grad.shape[2:])
+        for c in range(chunks):
+            width = min(size, span - c * size)
+            total[c : c + windows, :width] += grad[:, c * size : c * size + width]
+        return total.flatten(0, 1)[: ctx.length], None, None
 
 
 class Rotary(nn.Module):
@@ -149,10 +225,11 @@ class _Rotate(torch.autograd.Function):
 
     @staticmethod
     def _turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        width = cos.shape[-1]
+        width, half = cos.shape[-1], cos.shape[-1] // 2
         rotated = x[..., :width]
-        swapped = rotated.unflatten(-1, (2, width // 2)).flip(-2).flatten(-2)
-        turned = torch.addcmul(rotated * cos, swapped, sin)
+        turned = rotated * cos
+        turned[..., :half].addcmul_(rotated[..., half:], sin[..., :half])
+        turned[..., half:].addcmul_(rotated[..., :half], sin[..., half:])
         return turned if width == x.shape[-1] else torch.cat((turned, x[..., width:]), -1)
 
     @staticmethod
@@ -261,7 +338,8 @@ class Attention(nn.Module):
             k, v = state
         blocks = mask if isinstance(mask, Blocks) else None
         if blocks is not None:  # batch rows become (row, block) pairs
-            q, k, v, mask = blocks.queries(q), blocks.keys(k), blocks.keys(v), blocks.mask
+            q, k, v = blocks.queries(q), blocks.keys(k), blocks.keys(v)
+            mask = blocks.mask_for(q.dtype)
         q = q.transpose(1, 2)  # (B, H, T, hd)
         y = scaled_dot_product_attention(q, self._heads(k), self._heads(v), mask)
         y = y.transpose(1, 2).flatten(2)  # (B, T, D)

@@ -225,8 +225,11 @@ class Dropout(nn.Module):
             return x
         if x.is_cuda:
             return F.dropout(x, self.p, training=True)
-        noise = torch.empty(x.shape, dtype=torch.uint8, device=x.device).random_()
-        return _MaskMultiply.apply(x, noise >= self.threshold, 256.0 / (256 - self.threshold))
+        # random bytes 8 at a time: a full-range int64 draw costs what a byte's draw does
+        words = torch.empty(-(-x.numel() // 8), dtype=torch.int64, device=x.device)
+        noise = words.random_(-(2**63), 2**63 - 1).view(torch.uint8)[: x.numel()]
+        keep = noise.view(x.shape) >= self.threshold
+        return _MaskMultiply.apply(x, keep, 256.0 / (256 - self.threshold))
 
 
 class FeedForward(nn.Module):
@@ -263,16 +266,12 @@ class EncoderLayer(nn.Module):
     def forward(self, x, query_rope, remember, key_rope, mask, skip: int = 0) -> Tensor:
         """x (B, T, D). remember(state of this call's keys) -> the state of every key to
         attend to (a cache adds earlier keys); key_rope covers those keys. skip: the
-        first positions are keys only (B, T - skip, D out; a cache's mask tensor)."""
+        first positions are keys only (B, T - skip, D out); the mask is that of the
+        queries after them."""
         h = self.norm1(x)
         state = remember(self.attention.kv_state(h, query_rope))
         if skip:
-            x, h, query_rope, mask = (
-                x[:, skip:],
-                h[:, skip:],
-                _tail(query_rope, skip),
-                mask[:, :, skip:],
-            )
+            x, h, query_rope = x[:, skip:], h[:, skip:], _tail(query_rope, skip)
         x = x + self.dropout(self.attention(h, query_rope, state, key_rope, mask))
         return x + self.dropout(self.feed_forward(self.norm2(x)))
 
@@ -355,6 +354,22 @@ class _AttentionInputs:
         for target, new in zip(ring, state):  # noqa: B905 (Python 3.7: the Kaggle bundle)
             cache.store(target, new, where, cache.rows)
         return tuple(cache.read(target) for target in ring)
+
+    def mask(self, kind: str, start: int, key_start: int) -> Tensor | Blocks:
+        """The `kind` ("causal" or "container") mask of the queries from batch position
+        `start` on, over the keys a layer's state holds: from `key_start` on without a
+        cache, the whole ring with one."""
+        mask = self.causal if kind == "causal" else self.container
+        if isinstance(mask, Blocks):
+            return mask.tail(start, key_start)
+        return mask[:, :, start:, key_start if self.cache is None else 0 :]
+
+    def rope_from(self, rope: tuple[Tensor, Tensor] | None, key_start: int):
+        """A latent attention's rotary table (past_rope, outcome_rope) over the keys a
+        layer's state holds (see mask); None stays None."""
+        if rope is None or self.cache is not None or not key_start:
+            return rope
+        return _tail(rope, key_start)
 
 
 class SAINT(nn.Module):
@@ -603,22 +618,32 @@ class SAINT(nn.Module):
         self,
         batch: dict[str, Tensor],
         cache: ModelCache | None = None,
+        trained_from: int = 0,
     ) -> Tensor:
         """Logits (B, T) for the query positions of `batch` (see step_inputs).
 
         With a cache, this batch's keys are written into it (in place) and queries attend
         to its earlier keys too; a view of a pool's rows (ModelCache.view) writes into
-        those rows."""
+        those rows. trained_from (training, no cache): the first batch position whose
+        logit is wanted; each layer computes only the positions such a logit can reach
+        (_first_trained), and the logits cover the positions from the last layer's first
+        on, (B, T - first): at most trained_from, a multiple of the attention blocks'
+        size. There, logits and gradients are those of the whole pass."""
         attend = self._attention_inputs(batch, cache)
-        memory = self._encode(batch, attend)  # (B, T, D)
+        first = None
+        if trained_from and cache is None:
+            first = self._first_trained(trained_from, attend)
+        memory = self._encode(batch, attend, first)  # (B, T, D)
         keys = self._key_stream(batch)  # (B, S, D)
-        x = self._decode(batch, keys, memory, attend)  # (B, T, D)
+        x = self._decode(batch, keys, memory, attend, first)  # (B, T - start, D)
+        start = first[-1] if first else 0
         x = self.decoder_norm(x)
-        logits = self.head(x).squeeze(-1)  # (B, T)
+        logits = self.head(x).squeeze(-1)
         if self.config.past_features == "head":
-            logits = logits + self.past_head(torch.cat((x, self._past(batch)), -1)).squeeze(-1)
+            past = self._past(batch)[:, start:]
+            logits = logits + self.past_head(torch.cat((x, past), -1)).squeeze(-1)
         if self.config.readout == "akt":
-            logits = logits + self._read_out(batch, keys, attend)
+            logits = logits + self._read_out(batch, keys, attend, start)
         return logits
 
     def _attention_inputs(
@@ -679,6 +704,19 @@ class SAINT(nn.Module):
         if self.config.readout == "akt":
             self._readout_state(batch, keys, attend)
 
+    def _first_trained(self, trained_from: int, attend: _AttentionInputs) -> list[int]:
+        """Per layer (encoder, then decoder), the first batch position whose output a
+        logit from trained_from on can reach: the last layer's is trained_from, each
+        layer below one window further back (a query attends at most window - 1
+        positions back; the decoder's first layer reads the key stream, computed whole),
+        each rounded down to the attention blocks' size so that a layer's queries start
+        at a block."""
+        size = attend.causal.size if isinstance(attend.causal, Blocks) else 1
+        first = [trained_from // size * size]
+        for _ in range(len(self.encoder) + len(self.decoder) - 1):
+            first.insert(0, max(0, first[0] - self.config.window) // size * size)
+        return first
+
     def _first_needed(self, batch: dict[str, Tensor]) -> list[int]:
         """Per layer (encoder, then decoder), the first batch position whose output a
         position after the batch can reach: a query attends at most `window` positions
@@ -693,16 +731,17 @@ class SAINT(nn.Module):
         self, batch: dict[str, Tensor], attend: _AttentionInputs, first: list[int] | None = None
     ) -> Tensor:
         """(B, T, D): the encoder's output, each question attending causally; with
-        `first` (prime), from the last encoder layer's first needed position on."""
+        `first` (prime, or a training pass from trained_from), from the last encoder
+        layer's first needed position on."""
         x = self._encoder_input(batch)
         done = 0  # the batch position x starts at
         for i, layer in enumerate(self.encoder):
             start = first[i] if first else 0
             remember = partial(attend.remember, "encoder", i, skip=done)
-            rope, mask = attend.query_rope, attend.causal
-            if done:
-                rope, mask = _tail(rope, done), mask[:, :, done:]
-            x = layer(x, rope, remember, attend.past_rope, mask, skip=start - done)
+            rope = _tail(attend.query_rope, done) if done else attend.query_rope
+            mask = attend.mask("causal", start, done)
+            key_rope = attend.rope_from(attend.past_rope, done)
+            x = layer(x, rope, remember, key_rope, mask, skip=start - done)
             done = start
         return self.encoder_norm(x)
 
@@ -717,9 +756,10 @@ class SAINT(nn.Module):
         """(B, T, D): the decoder's output from the key stream `keys` (B, S, D) and the
         encoder's output `memory`. The first layer's self-attention reads the key stream
         under the container mask; later layers read their own inputs, causally. With
-        `first` (prime), each layer from its first needed position on (memory from the
-        last encoder layer's); a layer needed nowhere only stores its key states."""
-        query_rope, past_rope, causal = attend.query_rope, attend.past_rope, attend.causal
+        `first` (prime, or a training pass), each layer from its first needed position
+        on (memory from the last encoder layer's); a layer needed nowhere only stores its
+        key states."""
+        query_rope, past_rope = attend.query_rope, attend.past_rope
         index = batch["query_key_index"][..., None].expand(-1, -1, keys.shape[-1])
         x = keys.gather(1, index)  # (B, T, D): the key stream at each container's start
         n_encoder = len(self.encoder)
@@ -727,28 +767,26 @@ class SAINT(nn.Module):
         memory_rope = _tail(query_rope, memory_from) if memory_from else query_rope
         done = 0  # the batch position x starts at
         for i, layer in enumerate(self.decoder):
+            key_start = 0 if i == 0 else done  # the first key of this layer's state
             if i == 0:
                 state = layer.self_attention.kv_state(layer.norm1(keys), attend.key_rope)
             else:
                 rope = _tail(query_rope, done) if done else query_rope
                 state = layer.self_attention.kv_state(layer.norm1(x), rope)
-            state = attend.remember("decoder", i, state, skip=0 if i == 0 else done)
+            state = attend.remember("decoder", i, state, skip=key_start)
             cross_state = layer.cross_attention.kv_state(memory, memory_rope)
             cross_state = attend.remember("cross", i, cross_state, skip=memory_from)
-            if i == 0:
-                self_rope, self_mask = attend.outcome_rope, attend.container
-            else:
-                self_rope, self_mask = past_rope, causal
             start = first[n_encoder + i] if first else 0
             x = x[:, start - done :]
             done = start
             if not x.shape[1]:  # needed nowhere (prime's last layer)
                 continue
-            rope, memory_mask = query_rope, causal
-            if start:
-                rope, self_mask = _tail(query_rope, start), self_mask[:, :, start:]
-                memory_mask = causal[:, :, start:]
-            x = layer(x, rope, state, self_rope, self_mask, cross_state, past_rope, memory_mask)
+            self_rope = attend.rope_from(attend.outcome_rope if i == 0 else past_rope, key_start)
+            self_mask = attend.mask("container" if i == 0 else "causal", start, key_start)
+            memory_mask = attend.mask("causal", start, memory_from)
+            rope = _tail(query_rope, start) if start else query_rope
+            memory_past = attend.rope_from(past_rope, memory_from)
+            x = layer(x, rope, state, self_rope, self_mask, cross_state, memory_past, memory_mask)
         return x
 
     def _readout_state(
@@ -760,17 +798,20 @@ class SAINT(nn.Module):
         state = self.readout.kv_state((answered, keys + answered), attend.key_rope)
         return attend.remember("readout", 0, state)
 
-    def _read_out(self, batch: dict[str, Tensor], keys: Tensor, attend: _AttentionInputs) -> Tensor:
-        """(B, T): the AKT-style read-out's logit, added to the decoder's."""
+    def _read_out(
+        self, batch: dict[str, Tensor], keys: Tensor, attend: _AttentionInputs, start: int = 0
+    ) -> Tensor:
+        """(B, T - start): the AKT-style read-out's logit, added to the decoder's, from
+        batch position `start` on."""
         # the container mask lets a query read only the questions answered before its
         # container
-        asked = self._question_vector(batch["question"])  # (B, T, D)
+        asked = self._question_vector(batch["question"][:, start:])  # (B, T - start, D)
         state = self._readout_state(batch, keys, attend)
         read = self.readout(
             self.readout_norm(asked),
-            attend.query_rope,
+            _tail(attend.query_rope, start) if start else attend.query_rope,
             state,
             attend.outcome_rope,
-            attend.container,
+            attend.mask("container", start, 0),
         )
         return self.readout_head(torch.cat((read, asked), -1)).squeeze(-1)

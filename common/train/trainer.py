@@ -165,24 +165,30 @@ class Trainer:
         return parts
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Mean loss over the batch's trained positions."""
-        valid = batch["trained"].float()
+        """Mean loss over the batch's trained positions. The model computes only what
+        they can reach (SAINT.forward's trained_from: from the first position any row
+        trains on, the context before it is needed by fewer layers the higher they are);
+        its logits start at the column `start`."""
+        trained = batch["trained"]
+        trained_from = int(trained.int().argmax(1).min()) if trained.shape[1] else 0
         setup = self.setup
         with torch.autocast(
             self.device.type,
             dtype=setup.amp_dtype or torch.float32,
             enabled=setup.amp_dtype is not None,
         ):
-            logits = setup.train_model(batch)
+            logits = setup.train_model(batch, trained_from=trained_from)
+            start = trained.shape[1] - logits.shape[1]
+            valid, label = trained[:, start:].float(), batch["label"][:, start:]
             if setup.teacher is None:
-                return masked_bce(logits, batch["label"], valid)
+                return masked_bce(logits, label, valid)
 
             with torch.no_grad():
-                teacher_logits = setup.teacher(batch)
+                teacher_logits = setup.teacher(batch)[:, start:]
             return distillation_loss(
                 logits,
                 teacher_logits,
-                batch["label"],
+                label,
                 valid,
                 self.config.distill_alpha,
                 self.config.distill_temperature,
