@@ -1,0 +1,60 @@
+"""bench/gpu_check.py, the one command for the day a GPU is lent: its --quick run on the
+CPU goes through every step and ends in the one table, with the CUDA plan's ratio within
+its target; bad flags are refused."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+STEPS = (
+    "training, demo size (--quick), eager",
+    "training, demo size (--quick), torch.compile",
+    "03's CUDA batch plan",
+    "03 demo recipe, 2 epochs",
+    "04 streaming, demo, groups of 18-33 rows",
+)
+
+
+def gpu_check(*flags: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "bench.gpu_check", *flags]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.slow
+def test_the_quick_check_ends_in_one_table_of_every_step(tmp_path):
+    results = tmp_path / "gpu_check.txt"
+    done = gpu_check(
+        "--device", "cpu", "--quick", "--work-dir", str(tmp_path / "work"),
+        "--results", str(results),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = results.read_text()
+    table = text[text.index("| step | measured | target | reading |") :]
+    rows = [line for line in table.splitlines()[2:] if line.startswith("| ")]
+    assert [row.split(" | ")[0][2:] for row in rows] == list(STEPS)
+    measured = {row.split(" | ")[0][2:]: row.split(" | ")[1] for row in rows}
+    plan = float(re.fullmatch(r"([\d.]+) positions per trained question", measured[STEPS[2]])[1])
+    assert 1.0 < plan <= 1.3
+    for step in (STEPS[0], STEPS[1], STEPS[3]):
+        assert float(measured[step].split()[0].replace(",", "")) > 0
+    assert float(measured[STEPS[4]].split()[0].replace(",", "")) > 0
+    assert "device cpu, amp bf16" in text
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--users", "10"], "--users"),
+        (["--device", "tpu"], "--device"),
+        (["--amp", "fp8"], "--amp"),
+    ],
+)
+def test_bad_flags_are_refused(tmp_path, flags, named):
+    done = gpu_check(*flags, "--work-dir", str(tmp_path / "work"))
+    assert done.returncode == 2
+    assert named in done.stderr
+    assert not (tmp_path / "work").exists()
