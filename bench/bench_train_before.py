@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.benchlib import REPO, WORK, Report, make_demo_input, results_flag, run, script
+from bench.benchlib import REPO, WORK, Report, make_demo, results_flag, script
 from common.tables import markdown_table
 
 # 03's flags per config: the quick start's demo, and the reference size at SAINT's batch
@@ -38,15 +38,6 @@ def epoch_rate(output: str) -> float:
     if found is None:
         raise ValueError(f"no epoch line with interactions/s in 03's output:\n{output[-2000:]}")
     return float(found.group(1).replace(",", ""))
-
-
-def prepare(code: Path, demo: Path, out: Path, say) -> None:
-    """`code`'s 01 and 02 of the demo input into `out` (kept when there)."""
-    if (out / "folds").exists():
-        return
-    run(script("01_preprocess.py", "--input-dir", demo, "--output-dir", out, code=code), say=say)
-    folds = script("02_make_folds.py", "--output-dir", out, "--n-folds", 5, "--seed", 0, code=code)
-    run(folds, say=say)
 
 
 def train_epoch(code: Path, out: Path, config: str, before: bool) -> float:
@@ -68,11 +59,12 @@ def train_epoch(code: Path, out: Path, config: str, before: bool) -> float:
 def measure(before: Path, configs: list[str], rounds: int, users: int, say) -> list[list]:
     """Rows of the table: per config, each code's rates round by round and their median."""
     demo = WORK / "train_before" / f"input_{users}"
-    make_demo_input(demo, users, 0, say=say)
     codes = {"before": before, "this code": REPO}
-    outs = {name: WORK / "train_before" / f"{name.replace(' ', '_')}_{users}" for name in codes}
-    for name, code in codes.items():
-        prepare(code, demo, outs[name], say)
+    outs = {}
+    for name, code in codes.items():  # this code's 00, each code's own 01 and 02
+        out = WORK / "train_before" / f"{name.replace(' ', '_')}_{users}"
+        folds = ("--n-folds", "5", "--seed", "0")
+        outs[name] = make_demo(demo, out, users, 0, folds, say=say, code=code)
     rows = []
     for config in configs:
         rates: dict[str, list[float]] = {name: [] for name in codes}

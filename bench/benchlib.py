@@ -298,14 +298,17 @@ def make_demo(
     fold_flags: tuple[str, ...] = (),
     logs: Path | None = None,
     say=print,
+    code: Path = REPO,
 ) -> Path:
-    """A demo of `users` students in `input_dir`, preprocessed (01) and split (02 with
-    `fold_flags`) into `prep_dir`, each step's output in logs/0N.log (or printed); nothing
-    is done when the folds are there. Returns `prep_dir`."""
+    """A demo of `users` students in `input_dir` (this repository's 00), preprocessed (01)
+    and split (02 with `fold_flags`) into `prep_dir` by the checkout `code`'s scripts, each
+    step's output in logs/0N.log (or printed); nothing is done when the folds are there.
+    Returns `prep_dir`."""
     if not (prep_dir / "folds" / "fold0.npz").exists():
         log = (lambda n: logs / f"{n}.log") if logs else (lambda n: None)
         make_demo_input(input_dir, users, seed, log("00"), say)
         flags = ("--input-dir", input_dir, "--output-dir", prep_dir, "--no-progress")
-        run(script("01_preprocess.py", *flags), log("01"), say=say)
-        run(script("02_make_folds.py", "--output-dir", prep_dir, *fold_flags), log("02"), say=say)
+        run(script("01_preprocess.py", *flags, code=code), log("01"), say=say)
+        folds = script("02_make_folds.py", "--output-dir", prep_dir, *fold_flags, code=code)
+        run(folds, log("02"), say=say)
     return prep_dir

@@ -118,7 +118,7 @@ class Blocks:
     def mask_for(self, dtype: torch.dtype) -> Tensor:
         """The mask as `dtype` queries' fused attention reads it: 0 where a query may
         attend, -inf elsewhere (boolean where torch has no fused attention)."""
-        if getattr(F, "scaled_dot_product_attention", None) is None:
+        if fused_attention() is None:
             return self.mask
         if dtype not in self._additive:
             additive = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
@@ -253,10 +253,17 @@ def written_out_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tens
     return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
+def fused_attention():
+    """F.scaled_dot_product_attention where torch has it (2.0 and later), else None: read
+    at each call, so that the mask's form (Blocks.mask_for) and the attention that reads
+    it always agree."""
+    return getattr(F, "scaled_dot_product_attention", None)
+
+
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """Attention of (B, H, T, hd) queries over (B, H, S, hd) keys and values: fused where
-    torch has F.scaled_dot_product_attention (2.0 and later), written out otherwise."""
-    fused = getattr(F, "scaled_dot_product_attention", None)
+    torch has it (fused_attention), written out otherwise."""
+    fused = fused_attention()
     if fused is None:
         return written_out_attention(q, k, v, mask)
     return fused(q, k, v, attn_mask=mask)

@@ -626,13 +626,14 @@ class SAINT(nn.Module):
         to its earlier keys too; a view of a pool's rows (ModelCache.view) writes into
         those rows. trained_from (training, no cache): the first batch position whose
         logit is wanted; each layer computes only the positions such a logit can reach
-        (_first_trained), and the logits cover the positions from the last layer's first
+        (_first_reached), and the logits cover the positions from the last layer's first
         on, (B, T - first): at most trained_from, a multiple of the attention blocks'
         size. There, logits and gradients are those of the whole pass."""
         attend = self._attention_inputs(batch, cache)
         first = None
         if trained_from and cache is None:
-            first = self._first_trained(trained_from, attend)
+            blocks = attend.causal if isinstance(attend.causal, Blocks) else None
+            first = self._first_reached(trained_from, blocks.size if blocks else 1)
         memory = self._encode(batch, attend, first)  # (B, T, D)
         keys = self._key_stream(batch)  # (B, S, D)
         x = self._decode(batch, keys, memory, attend, first)  # (B, T - start, D)
@@ -693,39 +694,30 @@ class SAINT(nn.Module):
         """Store in `cache` the key states of `batch`'s positions, as forward does, for
         later positions to attend (a streaming state built from a student's history); no
         logits. Each layer's outputs are computed only where a later position can reach
-        them through the layers above it (_first_needed): the last decoder layer's
+        them through the layers above it (_first_reached): the last decoder layer's
         nowhere, each layer below it one window further back. The states stored are
         forward's wherever a later query can attend them (tests/test_stream.py)."""
         attend = self._attention_inputs(batch, cache)
-        first = self._first_needed(batch)
+        first = self._first_reached(int(batch["valid"].sum(1).min()))
         memory = self._encode(batch, attend, first)
         keys = self._key_stream(batch)
         self._decode(batch, keys, memory, attend, first)
         if self.config.readout == "akt":
             self._readout_state(batch, keys, attend)
 
-    def _first_trained(self, trained_from: int, attend: _AttentionInputs) -> list[int]:
-        """Per layer (encoder, then decoder), the first batch position whose output a
-        logit from trained_from on can reach: the last layer's is trained_from, each
-        layer below one window further back (a query attends at most window - 1
-        positions back; the decoder's first layer reads the key stream, computed whole),
-        each rounded down to the attention blocks' size so that a layer's queries start
-        at a block."""
-        size = attend.causal.size if isinstance(attend.causal, Blocks) else 1
-        first = [trained_from // size * size]
+    def _first_reached(self, last: int, size: int = 1) -> list[int]:
+        """Per layer (encoder, then decoder), the first batch position whose output the
+        last layer's positions from `last` on can reach: each layer below one window
+        further back (a query attends at most window - 1 positions back; the decoder's
+        first layer reads the key stream, computed whole), each rounded down to `size`
+        (the attention blocks': a layer's queries start at a block). Training passes it
+        the first trained position (forward's trained_from); prime the shortest row's
+        end (a position after the batch, enough for every row: the last layer is needed
+        nowhere)."""
+        first = [last // size * size]
         for _ in range(len(self.encoder) + len(self.decoder) - 1):
             first.insert(0, max(0, first[0] - self.config.window) // size * size)
         return first
-
-    def _first_needed(self, batch: dict[str, Tensor]) -> list[int]:
-        """Per layer (encoder, then decoder), the first batch position whose output a
-        position after the batch can reach: a query attends at most `window` positions
-        back, so a layer k layers below the last is needed over the last k windows of
-        every row (counted from the shortest row's end, so enough for every row)."""
-        length = int(batch["valid"].sum(1).min())
-        layers = len(self.encoder) + len(self.decoder)
-        window = self.config.window
-        return [max(0, length - (layers - 1 - i) * window) for i in range(layers)]
 
     def _encode(
         self, batch: dict[str, Tensor], attend: _AttentionInputs, first: list[int] | None = None
