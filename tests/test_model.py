@@ -249,6 +249,22 @@ def test_attention_by_blocks_equals_dense_attention(real_sequences, attention):
         np.testing.assert_allclose(gradient, dense_gradient, rtol=1e-4, atol=1e-5)
 
 
+def test_attention_by_blocks_runs_where_torch_has_no_fused_attention(real_sequences, monkeypatch):
+    """Without F.scaled_dot_product_attention (the competition's torch 1.7), blocks keep
+    the boolean mask that the written-out attention reads (Blocks.mask_for): the same
+    logits as with fused attention's additive mask."""
+    seq = real_sequences
+    model = small_model(13523, window=12)
+    model.attention_block = 12
+    student = int(np.argmax(seq.lengths()))
+    args = (np.array([student, student]), np.array([100, 250]), np.array([150, 97]), 13523)
+    inputs = window_inputs(seq, *args)
+    fused = run(model, inputs)
+    monkeypatch.delattr(torch.nn.functional, "scaled_dot_product_attention")
+    valid = inputs["valid"]
+    np.testing.assert_allclose(run(model, inputs)[valid], fused[valid], atol=1e-5)
+
+
 def logits_and_gradient(
     model: SAINT, inputs: dict, trained_from: int = 0, skip: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
