@@ -1,9 +1,10 @@
-"""Convert a public knowledge-tracing dataset (DKVMN 3-line / AKT 4-line files) into
+"""Convert a public knowledge-tracing dataset (DKVMN 3-line / AKT 4-line / pyKT CSV files) into
 competition-schema input files: train.csv, questions.csv, lectures.csv, id maps, folds and
 conversion.json (what was filled in). See common/inputs/kt_datasets.py.
 
     python 00_convert_kt_dataset.py --dataset assist2009_pid
     python 00_convert_kt_dataset.py --dataset assist2015 --output-dir input/assist2015
+    python 00_convert_kt_dataset.py --dataset assist2015_pykt --output-dir input/assist2015_pykt
     python 00_convert_kt_dataset.py --format 4line --inputs a.csv b.csv --name mine \
         --input-folds 0 1 --output-dir input/mine
 """
@@ -138,6 +139,12 @@ def convert(config: ConversionConfig, output_dir: Path) -> None:
         f"  questions with several skills {counts['questions_with_several_skills']:,}; "
         f"rows repeating a response for another skill {counts['repeated_skill_rows_in_input']:,} "
         f"({config.multi_skill_rows}); empty students skipped {counts['empty_students_skipped']:,}"
+    )
+    # a copy in a later container than its attempt's first row is predicted after that
+    # attempt's answer is revealed: every copy under keep, none under bundle or merge
+    print(
+        "  rows predicted after their own attempt's answer "
+        f"{counts['rows_seeing_their_own_attempt']:,}"
     )
     print(f"  folds: {record['folds']}")
 

@@ -188,3 +188,40 @@ def slice_table(
             record[f"log_loss_{name}"] = binary_log_loss(picked, np.asarray(scores[name])[mask])
         records.append(record)
     return pd.DataFrame(records)
+
+
+def paired_bootstrap_auc_difference(
+    labels: np.ndarray,
+    first: np.ndarray,
+    second: np.ndarray,
+    clusters: np.ndarray,
+    n_resamples: int,
+    seed: int,
+    level: float = 0.95,
+) -> tuple[float, float, float]:
+    """(AUC(first) - AUC(second), low, high): the difference of two scorers on the same
+    rows and its percentile bootstrap interval, resampling whole clusters (students) with
+    replacement, the same draw for both scorers (paired), so that rows of one student,
+    which are not independent, move together."""
+    labels = np.asarray(labels)
+    difference = auc_or_nan(labels, first) - auc_or_nan(labels, second)
+    if n_resamples <= 0 or len(labels) == 0:
+        return difference, float("nan"), float("nan")
+    _, cluster = np.unique(np.asarray(clusters), return_inverse=True)
+    n_clusters = int(cluster.max()) + 1
+    sorted_by = []
+    for scores in (first, second):
+        order, group, _ = _tied_groups(np.asarray(scores, dtype=np.float64))
+        sorted_by.append((order, group, labels[order] == 1))
+    rng = np.random.default_rng(seed)
+    differences = np.empty(n_resamples)
+    for b in range(n_resamples):
+        drawn = np.bincount(rng.integers(0, n_clusters, size=n_clusters), minlength=n_clusters)
+        weight = drawn[cluster].astype(np.float64)
+        a, z = (
+            _grouped_auc(positive, group, weight[order]) for order, group, positive in sorted_by
+        )
+        differences[b] = a - z
+    tail = 100 * (1 - level) / 2
+    low, high = np.nanpercentile(differences, [tail, 100 - tail])
+    return float(difference), float(low), float(high)

@@ -1,5 +1,6 @@
-"""common/inputs/kt_datasets.py and 00_convert_kt_dataset.py: hand-written students in both line
-formats, malformed inputs, and (when ../shared/data is present) the real ASSISTments files."""
+"""common/inputs/kt_datasets.py and 00_convert_kt_dataset.py: hand-written students in the line
+formats and pyKT's CSV, malformed inputs, the check that no row sees its own attempt's
+answer, and (when ../shared/data is present) the real ASSISTments files."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 from common.data.schema import QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES, InputError
 from common.inputs.kt_datasets import (
     INT16_MAX,
+    MULTI_SKILL_MODES,
     PRESETS,
     ConversionConfig,
+    attempt_leaks,
     convert,
     convert_dataset,
     preset_config,
@@ -104,6 +107,7 @@ def test_4line_conversion_writes_every_column_map_and_fold(tmp_path: Path, akt_f
     skill_map = pd.read_csv(out / "skill_map.csv")
     assert skill_map.to_dict("list") == {"raw_skill_id": [1, 2, 5], "tag": [0, 1, 2]}
     user_map = pd.read_csv(out / "user_map.csv")
+    assert user_map.pop("source_fold").isna().all()  # AKT's files have no fold column
     assert user_map.to_dict("list") == {
         "user_id": [1, 2, 3],
         "raw_student_id": [501, 502, 503],
@@ -154,6 +158,11 @@ def test_multi_skill_rows_bundle_shares_a_container_and_merge_keeps_one_row(akt_
     assert column(merge.train, "answered_correctly") == [1, 0, 1, 0, 1, 1, 1]
     assert column(merge.questions, "tags") == ["0", "1 2", "0"]  # tags do not depend on mode
 
+    # the copy of problem 7 (skill 5) is predicted after its attempt's answer only under keep
+    keep = convert(ConversionConfig("toy", "4line", akt_files))
+    leaks = {c.record["counts"]["rows_seeing_their_own_attempt"] for c in (bundle, merge)}
+    assert keep.record["counts"]["rows_seeing_their_own_attempt"] == 1 and leaks == {0}
+
 
 def test_response_starts_splits_runs_at_a_repeated_skill_or_a_new_answer():
     # two attempts at a 3-skill problem (as in assist2009_pid), then the same problem and
@@ -164,6 +173,24 @@ def test_response_starts_splits_runs_at_a_repeated_skill_or_a_new_answer():
     correct = np.array([1, 1, 1, 0, 0, 0, 1, 1, 1])
     starts = response_starts(user, problem, skill, correct)
     assert starts.tolist() == [True, False, False, True, False, False, True, True, True]
+
+
+def test_attempt_leaks_finds_a_copy_in_a_later_container_than_its_attempt():
+    # student 1: attempt 1 written twice (two skills), then attempt 2 written three times;
+    # student 2 reuses attempt ids (they are only compared within a student)
+    attempt = np.array([1, 1, 2, 2, 2, 1, 1])
+    train = pd.DataFrame(
+        {
+            "user_id": [1, 1, 1, 1, 1, 2, 2],
+            "task_container_id": [0, 0, 1, 1, 1, 0, 0],
+        }
+    )
+    assert attempt_leaks(train, attempt).tolist() == []  # bundled: predicted together
+    train.loc[4, "task_container_id"] = 2  # attempt 2's third copy, one container later
+    assert attempt_leaks(train, attempt).tolist() == [4]
+    train["task_container_id"] = [0, 1, 2, 3, 4, 0, 1]  # keep: every copy after its first
+    assert attempt_leaks(train, attempt).tolist() == [1, 3, 4, 6]
+    assert attempt_leaks(train, np.arange(7)).tolist() == []  # merge: no copies left
 
 
 def test_a_copy_with_another_answer_is_its_own_response(tmp_path: Path):
@@ -212,6 +239,96 @@ def test_3line_conversion_skill_is_question_and_records_the_split(tmp_path: Path
     assert folds.to_dict("list") == {"user_id": [3], "fold": [0]}
     assert record["counts"]["empty_students_skipped"] == 1
     assert record["counts"]["students"] == 3
+
+
+# ---------------------------------------------------------------------------------------
+# pyKT's one-row-per-student CSV
+
+PYKT_TRAIN_VALID = (
+    "fold,uid,concepts,responses\n"
+    '3,40,"5,5,2","1,0,1"\n'
+    "0,41,,\n"  # an empty student: skipped
+    "4,42,7,0\n"  # a one-item list needs no quotes
+)
+PYKT_TEST = 'fold,uid,concepts,responses,cidxs\r\n-1,17,"2,7","1,1","0,1"\r\n'
+
+
+def test_pykt_conversion_concept_is_question_and_keeps_pykt_folds(tmp_path: Path):
+    source = tmp_path / "pykt"
+    source.mkdir()
+    write(source / "train_valid.csv", PYKT_TRAIN_VALID)
+    write(source / "test.csv", PYKT_TEST)
+    out = tmp_path / "out"
+    argv = ["--dataset", "assist2015_pykt", "--source-dir", str(source), "--output-dir", str(out)]
+    assert load_script().main(argv) == 0
+    record = json.loads((out / "conversion.json").read_text())
+    assert record["line_format"] == "pykt"
+    assert [(i["students"], i["rows"], i["fold"]) for i in record["inputs"]] == [
+        (3, 4, -1),
+        (1, 2, 0),
+    ]
+
+    train = read_train(out / "train.csv")
+    assert column(train, "user_id") == [1, 1, 1, 2, 3, 3]
+    assert column(train, "content_id") == [1, 1, 0, 2, 0, 2]  # concepts 2, 5, 7 -> 0, 1, 2
+    assert column(train, "task_container_id") == [0, 1, 2, 0, 0, 1]
+    assert column(train, "answered_correctly") == [1, 0, 1, 0, 1, 1]
+    assert pd.read_csv(out / "question_map.csv")["raw_problem_id"].tolist() == [2, 5, 7]
+    assert pd.read_csv(out / "skill_map.csv")["raw_skill_id"].tolist() == [2, 5, 7]
+
+    user_map = pd.read_csv(out / "user_map.csv")
+    assert column(user_map, "raw_student_id") == [40, 42, 17]  # pyKT's uid
+    assert column(user_map, "source_line") == [2, 4, 2]
+    assert column(user_map, "fold") == [-1, -1, 0]
+    assert column(user_map, "source_fold") == [3, 4, -1]  # pyKT's own train_valid folds
+    folds = pd.read_csv(out / "user_folds.csv")
+    assert folds.to_dict("list") == {"user_id": [3], "fold": [0]}  # test.csv is fold 0
+    assert record["counts"]["empty_students_skipped"] == 1
+    assert record["counts"]["rows_seeing_their_own_attempt"] == 0
+
+    # a uid of train_valid.csv again in test.csv: the two are disjoint sets of students
+    write(source / "test.csv", PYKT_TEST.replace("-1,17,", "-1,42,"))
+    with pytest.raises(LineInputError, match="each raw_student_id once") as caught:
+        convert(preset_config("assist2015_pykt", source))
+    where = (caught.value.file, caught.value.line, caught.value.column)
+    assert where == (str(source / "test.csv"), 2, "uid")
+
+
+HEADER = "fold,uid,concepts,responses\n"
+MALFORMED_PYKT = [
+    ("fold,uid,concepts\n0,1,1\n", 1, "header", "missing responses"),
+    ("fold,uid,questions,concepts,responses\n", 1, "header", "not read here: 'questions'"),
+    ("fold,uid,uid,concepts,responses\n", 1, "header", "named twice: uid"),
+    ("", 1, "header", "a header line"),
+    (HEADER + '0,1,"1,2","1"\n', 2, "responses", "2 items (one per concept)"),
+    (HEADER + '0,1,"1,2","1,2"\n', 2, "responses", "item 2: found '2'; expected correctness 0"),
+    (HEADER + '0,1,"1,x","1,0"\n', 2, "concepts", "item 2: found 'x'; expected comma-separated"),
+    (HEADER + '0,1,"1,-1","1,0"\n', 2, "concepts", "non-negative"),
+    (HEADER + "0,1,1,1\n0,1,2,0\n", 3, "uid", "each raw_student_id once"),
+    (HEADER + "0,u1,1,1\n", 2, "uid", "found 'u1'; expected one non-negative integer"),
+    (HEADER + "x,1,1,1\n", 2, "fold", "one integer"),
+    (HEADER + "0,1,1,1\n0,2,1\n", 3, "row", "4 fields, one per header column"),
+    (HEADER + '0,1,"1"x,1\n', 2, "row", "CSV fields"),
+    (HEADER + "0,1,1,1\n\n", 3, "row", "found '0 fields'"),  # a blank line
+    (
+        HEADER.replace("\n", ",cidxs\n") + '-1,1,"1,2","1,0","0"\n',
+        2,
+        "cidxs",
+        "2 items (one per concept)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "column_name", "expected"), MALFORMED_PYKT)
+def test_malformed_pykt_input_names_file_line_and_column(
+    tmp_path: Path, text, line, column_name, expected
+):
+    path = write(tmp_path / "bad.csv", text)
+    with pytest.raises(LineInputError) as caught:
+        convert(ConversionConfig("bad", "pykt", [path]))
+    error = caught.value
+    assert (error.file, error.line, error.column) == (str(path), line, column_name)
+    assert f"{path}, line {line} ({column_name})" in str(error) and expected in str(error)
 
 
 # ---------------------------------------------------------------------------------------
@@ -356,3 +473,51 @@ def test_real_assist2015_counts(tmp_path: Path):
     assert len(folds) == 5_905 and set(folds["fold"]) == {0}
     train = read_train(tmp_path / "assist2015" / "train.csv")
     assert len(train) == 683_801
+
+
+@needs_real_data
+def test_real_assist2015_pykt_counts(tmp_path: Path):
+    config = preset_config("assist2015_pykt", REAL_DATA / PRESETS["assist2015_pykt"].folder)
+    record = convert_dataset(config, tmp_path / "assist2015_pykt")
+    counts = record["counts"]
+    # PROVENANCE.txt: train_valid 15,275 students (3,055 per fold), 544,339 responses;
+    # test 3,818 students, 138,458 responses; 100 skills, no problem ids
+    assert [(i["name"], i["students"], i["rows"], i["fold"]) for i in record["inputs"]] == [
+        ("train_valid.csv", 15_275, 544_339, -1),
+        ("test.csv", 3_818, 138_458, 0),
+    ]
+    assert counts["students"] == 19_093 and counts["responses"] == 682_797
+    assert counts["questions"] == counts["skills"] == 100
+    assert counts["empty_students_skipped"] == 0
+    out = tmp_path / "assist2015_pykt"
+    user_map = pd.read_csv(out / "user_map.csv")
+    assert user_map["raw_student_id"].is_unique
+    by_file = user_map.groupby("source_file")["source_fold"].value_counts().to_dict()
+    assert by_file == {("test.csv", -1): 3_818, **{("train_valid.csv", k): 3_055 for k in range(5)}}
+    folds = pd.read_csv(out / "user_folds.csv")
+    assert len(folds) == 3_818 and set(folds["fold"]) == {0}
+    assert set(folds["user_id"]) == set(user_map.loc[user_map["fold"] == 0, "user_id"])
+
+
+# the rows predicted after their own attempt's answer (attempt_leaks): AKT's copies under
+# keep, none once they are bundled or merged; the skill-level data sets have no copies
+REAL_ATTEMPT_LEAKS = [
+    ("assist2009_pid", "keep", 51_028),
+    ("assist2009_pid", "bundle", 0),
+    ("assist2009_pid", "merge", 0),
+    *(
+        (dataset, mode, 0)
+        for dataset in ("assist2015", "assist2015_pykt")
+        for mode in MULTI_SKILL_MODES
+    ),
+]
+
+
+@needs_real_data
+@pytest.mark.parametrize(("dataset", "mode", "leaks"), REAL_ATTEMPT_LEAKS)
+def test_real_multi_skill_rows_see_their_own_attempt_only_under_keep(dataset, mode, leaks):
+    source = REAL_DATA / PRESETS[dataset].folder
+    counts = convert(preset_config(dataset, source, multi_skill_rows=mode)).record["counts"]
+    assert counts["rows_seeing_their_own_attempt"] == leaks
+    if mode == "keep":  # every copy of a response follows its attempt's first row
+        assert leaks == counts["repeated_skill_rows_in_input"]

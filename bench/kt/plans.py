@@ -114,6 +114,12 @@ PLANS: dict[str, dict[str, DatasetPlan]] = {
             "assist2015", "dkvmn", ("--strategy", "dataset", "--n-folds", "1"), 1,
             "DKVMN's single split: fold 0 = the 5,905 students of assist2015_test.csv",
         ),
+        "pykt": DatasetPlan(
+            "assist2015_pykt", "pykt", ("--strategy", "dataset", "--n-folds", "1"), 1,
+            "pyKT's own split: train on its train_valid.csv students (15,275), stream and "
+            "score its test.csv students (3,818), the same test students as pyKT's "
+            "leaderboard",
+        ),
     },
 }  # fmt: skip
 

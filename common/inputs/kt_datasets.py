@@ -1,7 +1,8 @@
 """Public knowledge-tracing datasets -> competition-schema input files.
 
-The line formats that DKVMN (Zhang et al., WWW 2017) and AKT (Ghosh et al., KDD 2020)
-ship their ASSISTments splits in (read by common/inputs/kt_readers.py) are converted into
+The formats that DKVMN (Zhang et al., WWW 2017), AKT (Ghosh et al., KDD 2020) and pyKT
+(Liu et al., NeurIPS 2022, arXiv 2206.11460) ship their ASSISTments splits in (read by
+common/inputs/kt_readers.py) are converted into
 `train.csv`, `questions.csv` and `lectures.csv` with exactly the Riiid! schema
 (common/data/schema.py), so the same pipeline (01_preprocess.py -> ...) runs on them unchanged;
 common/inputs/kt_outputs.py writes them with the maps and conversion.json.
@@ -27,7 +28,10 @@ rows is `multi_skill_rows`:
             and task_container_id, so the pipeline predicts them together, before feedback
     merge   the copies become one row (one response per answered problem)
 A run of copies is: consecutive lines of one student with the same problem and the same
-correctness, each with a skill not yet in the run.
+correctness, each with a skill not yet in the run (`response_starts`). `attempt_leaks`
+finds the copies that sit in a later task container than their run's first row, i.e. that
+are predicted after their own attempt's answer was revealed: conversion.json's
+`rows_seeing_their_own_attempt`, every copy under keep, none under bundle or merge.
 
 Limits (int16 columns): at most 32,768 distinct questions and skills (dense ids
 0..32,767), and at most 32,768 responses per student (task_container_id 0..32,767); more
@@ -138,6 +142,18 @@ PRESETS: dict[str, DatasetPreset] = {
         f"assist2015_test.csv; the students of assist2015_train.csv (fold {NO_FOLD} in "
         "user_map.csv) are not in user_folds.csv",
     ),
+    # pyKT's own split of assist2015 (students with fewer than 3 responses dropped): it
+    # trains and selects on train_valid.csv (its 5 folds) and scores test.csv.
+    "assist2015_pykt": DatasetPreset(
+        folder="assist2015_pykt",
+        line_format="pykt",
+        files=("train_valid.csv", "test.csv"),
+        folds=(NO_FOLD, 0),
+        folds_note="pyKT's train/test split: fold 0 = the students of test.csv (scored on "
+        f"pyKT's leaderboard); the students of train_valid.csv (fold {NO_FOLD} in "
+        "user_map.csv) are not in user_folds.csv, only train; pyKT's own 5 train_valid "
+        "folds are user_map.csv's source_fold (0-4; -1 for test.csv)",
+    ),
 }
 
 
@@ -200,6 +216,24 @@ def response_starts(
     return starts
 
 
+def attempt_leaks(train: pd.DataFrame, attempt: np.ndarray) -> np.ndarray:
+    """Positions (in `train`'s row order) of the rows that sit in a later task_container_id
+    than an earlier row of their own attempt: the pipeline reveals that attempt's answer
+    before predicting them. `attempt` (n_rows,) names the source response each row of the
+    converted frame records: `np.cumsum(response_starts(...))` over the rows as read (the
+    skill that tells a copy from a new response is not in train.csv; a merged row loses
+    all but its first copy's, and AKT lists a problem's skills in no fixed order)."""
+    frame = pd.DataFrame(
+        {
+            "user": train["user_id"].to_numpy(),
+            "attempt": attempt,
+            "container": train["task_container_id"].to_numpy(),
+        }
+    )
+    first_container = frame.groupby(["user", "attempt"], sort=False)["container"].transform("min")
+    return np.flatnonzero(frame["container"].to_numpy() > first_container.to_numpy())
+
+
 def _rank_within_user(user: np.ndarray, increments: np.ndarray) -> np.ndarray:
     """(n,) cumulative count of `increments` within each user's run of rows, minus one."""
     counts = np.cumsum(increments)
@@ -226,8 +260,11 @@ def convert(config: ConversionConfig) -> ConvertedDataset:
     questions, question_tags = _question_table(content_id, tag, len(problem_ids), len(skill_ids))
 
     starts = response_starts(user_id, content_id, tag, correct)
+    attempt = np.cumsum(starts)  # the source response each row records, for attempt_leaks
     if config.multi_skill_rows == "merge":
-        user_id, content_id, correct = user_id[starts], content_id[starts], correct[starts]
+        user_id, content_id, correct, attempt = (
+            a[starts] for a in (user_id, content_id, correct, attempt)
+        )
         rows_per_container = np.ones(int(starts.sum()), dtype=bool)
     elif config.multi_skill_rows == "bundle":
         rows_per_container = starts
@@ -250,7 +287,8 @@ def convert(config: ConversionConfig) -> ConvertedDataset:
         if config.input_folds is None
         else user_map.loc[user_map["fold"] != NO_FOLD, ["user_id", "fold"]].reset_index(drop=True),
     )
-    converted.record = _record(config, students, converted, starts, question_tags)
+    leaks = attempt_leaks(converted.train, attempt)
+    converted.record = _record(config, students, converted, starts, question_tags, leaks)
     return converted
 
 
@@ -300,7 +338,8 @@ def _train_frame(
 
 
 def _user_map(config: ConversionConfig, kept: list[StudentSequence]) -> pd.DataFrame:
-    """user_map.csv: each dense user id's source student, file, line and fold."""
+    """user_map.csv: each dense user id's source student, file, line and fold, and the fold
+    the source file itself gives it (pyKT's fold column; empty for the line formats)."""
     names = {str(path): path.name for path in config.inputs}
     return pd.DataFrame(
         {
@@ -310,6 +349,7 @@ def _user_map(config: ConversionConfig, kept: list[StudentSequence]) -> pd.DataF
             "source_file": [names[s.source_file] for s in kept],
             "source_line": np.array([s.source_line for s in kept], dtype=np.int64),
             "fold": np.array([s.fold for s in kept], dtype=np.int64),
+            "source_fold": pd.array([s.source_fold for s in kept], dtype="Int64"),
         }
     )
 
@@ -372,6 +412,7 @@ def _record(
     converted: ConvertedDataset,
     starts: np.ndarray,
     question_tags: list[list[int]],
+    leaks: np.ndarray,
 ) -> dict:
     """conversion.json: what went in, what came out, and what was filled in."""
     return {
@@ -381,7 +422,7 @@ def _record(
             k: (v if k != "inputs" else [str(p) for p in v]) for k, v in asdict(config).items()
         },
         "inputs": _input_records(config, students),
-        "counts": _counts(students, converted, starts, question_tags),
+        "counts": _counts(students, converted, starts, question_tags, leaks),
         "share_correct": float(converted.train["answered_correctly"].mean()),
         "folds": _folds_note(config),
         "filled_in": filled_in(config),
@@ -413,8 +454,10 @@ def _counts(
     converted: ConvertedDataset,
     starts: np.ndarray,
     question_tags: list[list[int]],
+    leaks: np.ndarray,
 ) -> dict:
-    """conversion.json's counts: students, rows, questions and skills, repeats."""
+    """conversion.json's counts: students, rows, questions and skills, repeats, and the
+    rows predicted after their own attempt's answer (attempt_leaks)."""
     train = converted.train
     user, content = train["user_id"].to_numpy(), train["content_id"].to_numpy()
     seen_before = pd.DataFrame({"u": user, "c": content}).duplicated().to_numpy()
@@ -432,6 +475,7 @@ def _counts(
         "questions_with_several_skills": int((n_tags > 1).sum()),
         "max_skills_per_question": int(n_tags.max()),
         "repeated_skill_rows_in_input": int((~starts).sum()),
+        "rows_seeing_their_own_attempt": len(leaks),
         "empty_students_skipped": sum(1 for s in students if not len(s.problems)),
         "rows_repeating_a_question_of_the_student": int(seen_before.sum()),
         "students_with_a_repeated_question": int(pd.Series(seen_before).groupby(user).any().sum()),

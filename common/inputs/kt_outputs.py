@@ -3,8 +3,9 @@ output directory, replaced atomically.
 
 Outputs (one directory, written atomically): train.csv, questions.csv, lectures.csv;
 question_map.csv (raw_problem_id -> content_id), skill_map.csv (raw_skill_id -> tag),
-user_map.csv (user_id -> raw ids, source file and line, fold); user_folds.csv (user_id,fold)
-when the dataset ships user folds, listing only students in a held-out fold; and
+user_map.csv (user_id -> raw ids, source file and line, fold, the source's own fold);
+user_folds.csv (user_id,fold) when the dataset ships user folds, listing only students in a
+held-out fold; and
 conversion.json (inputs with sha256, counts, share correct, `filled_in`).
 """
 

@@ -1,17 +1,21 @@
 """Reading the line formats of public knowledge-tracing datasets (common.inputs.kt_datasets
-converts what is read): one StudentSequence per student block, in file order.
+converts what is read): one StudentSequence per student, in file order.
 
-Input formats, one block of lines per student, no header:
+Input formats; the first two have one block of lines per student and no header:
     3line (DKVMN)  `length` / skill ids / 0-1 correctness. The skill is the question.
     4line (AKT)    `user_index,raw_student_id` / problem ids / skill ids / 0-1 correctness.
                    The problem is the question; its skill(s) become its tags.
-Lists are comma-separated non-negative integers; one trailing comma per line and trailing
+    pykt (pyKT)    a CSV with a header, one row per student: fold, uid, concepts,
+                   responses, and optionally cidxs (each list a quoted field, in time
+                   order). No question ids: the concept is the question, as in 3line.
+Lists are comma-separated non-negative integers; one trailing comma per list and trailing
 whitespace (CRLF) are tolerated, anything else raises `LineInputError` naming the file,
-line, item and what was expected.
+line, column, item and what was expected.
 """
 
 from __future__ import annotations
 
+import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +25,14 @@ import numpy as np
 
 from common.data.schema import InputError
 
-LineFormat = Literal["3line", "4line"]
-LINE_FORMATS: tuple[str, ...] = ("3line", "4line")
-LINES_PER_STUDENT: dict[str, int] = {"3line": 3, "4line": 4}
+LineFormat = Literal["3line", "4line", "pykt"]
+LINE_FORMATS: tuple[str, ...] = ("3line", "4line", "pykt")
+LINES_PER_STUDENT: dict[str, int] = {"3line": 3, "4line": 4}  # the block formats
+
+# pyKT's raw per-student files (e.g. data/assist2015/train_valid.csv, test.csv); columns
+# pyKT writes for other data sets (questions, timestamps, ...) are refused, not dropped
+PYKT_COLUMNS: tuple[str, ...] = ("fold", "uid", "concepts", "responses")
+PYKT_OPTIONAL_COLUMNS: tuple[str, ...] = ("cidxs",)  # test.csv: the rows' global indices
 
 # user_map.csv fold of a student in no shipped held-out fold (e.g. a train split); such
 # students are left out of user_folds.csv, so they only ever train.
@@ -66,8 +75,10 @@ class StudentSequence:
     skills: np.ndarray  # (n,) int64 raw ids
     correct: np.ndarray  # (n,) int64 0/1
     user_index: int | None = None  # 4line only
-    raw_student_id: int | None = None  # 4line only
+    raw_student_id: int | None = None  # 4line; pykt's uid
     fold: int = NO_FOLD
+    source_fold: int | None = None  # the file's own fold column (pykt: 0-4, test.csv -1)
+    id_column: str = "student ids"  # where the ids are, for errors (pykt: its uid column)
 
 
 def _clean(text: str) -> str:
@@ -95,14 +106,14 @@ def parse_int_list(text: str, *, file: str, line: int, what: str) -> np.ndarray:
     raise AssertionError("unreachable: the regex and the token check disagree")
 
 
-def _parse_correct(text: str, *, file: str, line: int) -> np.ndarray:
-    values = parse_int_list(text, file=file, line=line, what="correctness")
+def _parse_correct(text: str, *, file: str, line: int, what: str = "correctness") -> np.ndarray:
+    values = parse_int_list(text, file=file, line=line, what=what)
     if len(values) and values.max() > 1:
         item = int(np.argmax(values > 1))
         raise LineInputError(
             file,
             "correctness 0 or 1",
-            column="correctness",
+            column=what,
             value=str(values[item]),
             line=line,
             item=item + 1,
@@ -173,15 +184,17 @@ def _read_block_4line(lines: list[str], first: int, file: str) -> StudentSequenc
     )
 
 
-def read_students(
-    path: str | Path, line_format: LineFormat, fold: int = NO_FOLD
-) -> list[StudentSequence]:
-    """Every student block of one file, in file order (empty students included)."""
-    file = str(path)
+def _read_text(path: str | Path) -> str:
     try:
-        lines = Path(path).read_text(encoding="utf-8").split("\n")
+        return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise LineInputError(file, f"text of {_INTEGERS}", value=str(error)) from error
+        raise LineInputError(str(path), f"text of {_INTEGERS}", value=str(error)) from error
+
+
+def _read_blocks(path: str | Path, line_format: LineFormat) -> list[StudentSequence]:
+    """Every student block of a 3line or 4line file."""
+    file = str(path)
+    lines = _read_text(path).split("\n")
     if lines[-1] == "":  # the final newline
         lines.pop()
     per_student = LINES_PER_STUDENT[line_format]
@@ -197,13 +210,104 @@ def read_students(
             column="block",
             line=complete + 1,
         )
+    return students
+
+
+def _pykt_columns(header: list[str], file: str) -> list[str]:
+    """The header's column names, checked: every PYKT_COLUMNS, no other than
+    PYKT_OPTIONAL_COLUMNS, none twice (the order is free: rows are read by name)."""
+    names = [name.strip() for name in header]
+    missing = [c for c in PYKT_COLUMNS if c not in names]
+    unknown = [c for c in names if c not in (*PYKT_COLUMNS, *PYKT_OPTIONAL_COLUMNS)]
+    twice = sorted({c for c in names if names.count(c) > 1})
+    problems = [
+        f"missing {', '.join(missing)}" if missing else "",
+        f"not read here: {', '.join(map(repr, unknown))}" if unknown else "",
+        f"named twice: {', '.join(twice)}" if twice else "",
+    ]
+    if any(problems):
+        raise LineInputError(
+            file,
+            f"a header line naming the columns {','.join(PYKT_COLUMNS)} (and optionally "
+            f"{','.join(PYKT_OPTIONAL_COLUMNS)}); {'; '.join(p for p in problems if p)}",
+            column="header",
+            value=",".join(header),
+            line=1,
+        )
+    return names
+
+
+def _read_row_pykt(values: dict[str, str], line: int, file: str) -> StudentSequence:
+    """One pyKT row (a student), its columns by name; `line` is 1-based."""
+    for column, pattern, expected in (
+        ("uid", _INT, "one non-negative integer (at most 18 digits)"),
+        ("fold", f"-?{_INT}", "one integer (pyKT: 0-4, or -1 in test.csv)"),
+    ):
+        if not re.fullmatch(pattern, values[column].strip()):
+            raise LineInputError(file, expected, column=column, value=values[column], line=line)
+    concepts = parse_int_list(values["concepts"], file=file, line=line, what="concepts")
+    correct = _parse_correct(values["responses"], file=file, line=line, what="responses")
+    why = "one per concept"
+    _check_length(correct, len(concepts), why, file=file, line=line, what="responses")
+    if "cidxs" in values:
+        cidxs = parse_int_list(values["cidxs"], file=file, line=line, what="cidxs")
+        _check_length(cidxs, len(concepts), why, file=file, line=line, what="cidxs")
+    # skill-level data: the concept is the question, as in 3line
+    return StudentSequence(
+        file,
+        line,
+        problems=concepts,
+        skills=concepts,
+        correct=correct,
+        raw_student_id=int(values["uid"]),
+        source_fold=int(values["fold"]),
+        id_column="uid",
+    )
+
+
+def _read_pykt(path: str | Path) -> list[StudentSequence]:
+    """Every row of a pyKT file; the header is required."""
+    file = str(path)
+    # csv's field limit (131,072 characters) holds about 30,000 responses of 3-digit ids;
+    # a longer list fails as csv.Error below rather than by raising the process-wide limit
+    reader = csv.reader(_read_text(path).splitlines(keepends=True), strict=True)
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise LineInputError(file, "a header line", column="header", value="", line=1)
+        names = _pykt_columns(header, file)
+        students, end = [], 1
+        for row in reader:
+            line, end = end + 1, reader.line_num  # a quoted field may span lines
+            if len(row) != len(names):
+                raise LineInputError(
+                    file,
+                    f"{len(names)} fields, one per header column",
+                    column="row",
+                    value=f"{len(row)} fields",
+                    line=line,
+                )
+            students.append(_read_row_pykt(dict(zip(names, row, strict=True)), line, file))
+    except csv.Error as error:
+        raise LineInputError(
+            file, "CSV fields", column="row", value=str(error), line=reader.line_num
+        ) from error
+    return students
+
+
+def read_students(
+    path: str | Path, line_format: LineFormat, fold: int = NO_FOLD
+) -> list[StudentSequence]:
+    """Every student of one file, in file order (empty students included)."""
+    students = _read_pykt(path) if line_format == "pykt" else _read_blocks(path, line_format)
     for student in students:
         student.fold = fold
     return students
 
 
 def check_unique_students(students: list[StudentSequence]) -> None:
-    """AKT ids must name one student each: its folds are disjoint sets of students."""
+    """AKT's and pyKT's ids must name one student each: their folds (and pyKT's
+    train_valid/test split) are disjoint sets of students."""
     for key in ("raw_student_id", "user_index"):
         seen: dict[int, StudentSequence] = {}
         for student in students:
@@ -216,7 +320,7 @@ def check_unique_students(students: list[StudentSequence]) -> None:
                     student.source_file,
                     f"each {key} once in the dataset (it is also on line "
                     f"{earlier.source_line} of {earlier.source_file})",
-                    column="student ids",
+                    column=student.id_column,
                     value=str(value),
                     line=student.source_line,
                 )

@@ -1,0 +1,232 @@
+"""The KT peers benchmark (bench/kt/peers.py): the fold's steps as the pyKT peers read them
+(cut where 03 cuts, one step per container, each scored row mapped to its step), the
+windows pykt_peer trains and predicts from (each scored step once, the prediction of
+step p read from the output that saw steps before p only), the paired bootstrap, and
+the check that a peer predicted exactly the common rows. pyKT itself is not needed:
+pykt_peer's window and batch code runs here on a stand-in model."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from bench.fold_run import FoldRun
+from bench.kt import peer_scores, pykt_peer
+from bench.kt.peer_data import concept_ids, fold_splits, peer_fold_dir, student_steps
+from bench.kt.plans import DatasetPlan
+from common.data.dataset import Dataset
+from common.data.fold_data import load_fold_data
+from common.layout import STREAM_PREDICTIONS
+from common.metrics import paired_bootstrap_auc_difference
+from tests.helpers import REPO
+
+# ---------------------------------------------------------------------------------------
+# windows
+
+
+def test_prediction_windows_keep_each_scored_step_once_with_the_most_history():
+    offsets = np.array([0, 7, 8, 11])  # students of 7, 1 and 3 steps
+    scored = np.ones(11, dtype=bool)
+    scored[[0, 8]] = False  # history: each student's first step
+    passes = pykt_peer.prediction_windows(offsets, scored, seq_len=4, stride=2)
+    got = [(first, end, kept.tolist()) for first, end, kept in passes]
+    # student 0: steps 1-3 from the window at 0; 4 and 5 from the window at 2 (2 and 3
+    # earlier steps seen); 6 from the window at 4. Student 1: its only step is its
+    # first, which has no prediction even though scored. Student 2: steps 9 and 10
+    assert got == [(0, 4, [1, 2, 3]), (2, 6, [4, 5]), (4, 7, [6]), (8, 11, [9, 10])]
+    kept = np.concatenate([p[2] for p in passes])
+    assert len(np.unique(kept)) == len(kept)
+    for first, end, steps in passes:
+        assert np.all((steps > first) & (steps < end))
+
+
+def test_prediction_windows_with_stride_one_give_seq_len_minus_one_earlier_steps():
+    offsets = np.array([0, 50])
+    passes = pykt_peer.prediction_windows(offsets, np.ones(50, bool), seq_len=10, stride=1)
+    for first, _, kept in passes:
+        assert np.all(kept - first == np.minimum(kept, 9))
+
+
+def test_training_windows_cut_consecutively_and_drop_short_ones():
+    offsets = np.array([0, 5, 6, 9])
+    assert pykt_peer.training_windows(offsets, seq_len=4) == [(0, 4), (6, 9)]
+
+
+class StandInDKT(torch.nn.Module):
+    """pyKT's DKT interface: forward(c, r) -> (B, L-1, num_c), read at the next concept.
+    Its output at input position t is (c_t + 1) / 100: the concept of the step it read."""
+
+    num_c = 5
+
+    def forward(self, c, r):
+        return ((c.float() + 1) / 100).unsqueeze(-1).expand(*c.shape, self.num_c)
+
+
+def test_predict_reads_each_step_from_the_output_of_the_step_before_it():
+    c = np.array([0, 1, 2, 3, 4, 0, 1, 2, 4, 3])
+    split = {
+        "offsets": np.array([0, 10]), "q": c, "c": c, "r": np.zeros(10, dtype=np.int64),
+        "scored": np.ones(10, dtype=bool),
+    }  # fmt: skip
+    args = SimpleNamespace(seq_len=4, stride=2, batch_size=2, device="cpu")
+    steps, probability = pykt_peer.predict(StandInDKT(), "dkt", split, args, torch)
+    assert steps.tolist() == list(range(1, 10))
+    np.testing.assert_allclose(probability, (c[steps - 1] + 1) / 100, rtol=1e-6)
+
+
+def test_pykt_batch_shifts_by_one_and_zeroes_padding():
+    split = {"q": np.arange(10, 16), "c": np.arange(6), "r": np.array([1, 0, 1, 1, 0, 1])}
+    batch = pykt_peer.pykt_batch(split, [(0, 4), (4, 6)], 4, torch)
+    assert batch["cseqs"].tolist() == [[0, 1, 2], [4, 0, 0]]
+    assert batch["shft_cseqs"].tolist() == [[1, 2, 3], [5, 0, 0]]
+    assert batch["shft_qseqs"].tolist() == [[11, 12, 13], [15, 0, 0]]
+    assert batch["masks"].tolist() == [[True] * 3, [True, False, False]]
+    assert batch["rseqs"].dtype == torch.float32
+
+
+def test_the_peer_script_imports_nothing_of_the_project():
+    """It runs in pyKT's venv, where neither `common` nor `bench` is installed."""
+    tree = ast.parse((REPO / "bench" / "kt" / "pykt_peer.py").read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    assert not [n for n in names if n.split(".")[0] in ("common", "bench", "tests")]
+
+
+# ---------------------------------------------------------------------------------------
+# the fold's steps
+
+AKT_LINES = (
+    # problem 7 has skills 2 and 5 (two rows, one attempt); problems 9 and 11 skill 1; 3 skill 4
+    "{i},{sid}\n7,7,9,3,11,7,7\n2,5,1,4,1,2,5\n{a},{a},1,{b},0,1,1\n"
+)
+
+
+@pytest.fixture(scope="module")
+def bundled_prep(tmp_path_factory):
+    """A small AKT-format data set with multi-skill rows, converted with `bundle`, then
+    01 and 02 (5 folds of new students)."""
+    root = tmp_path_factory.mktemp("peers")
+    source = root / "students.csv"
+    source.write_text(
+        "".join(AKT_LINES.format(i=i, sid=100 + i, a=i % 2, b=(i // 2) % 2) for i in range(40))
+    )
+    inputs, prep = root / "input", root / "prep"
+    commands = [
+        ["00_convert_kt_dataset.py", "--format", "4line", "--inputs", source, "--name", "toy"],
+        ["00_convert_kt_dataset.py", "--multi-skill-rows", "bundle", "--output-dir", inputs],
+        ["01_preprocess.py", "--input-dir", inputs, "--output-dir", prep, "--no-progress"],
+        ["02_make_folds.py", "--input-dir", inputs, "--output-dir", prep, "--strategy", "unseen"],
+    ]
+    commands = [commands[0] + commands[1][1:], *commands[2:]]
+    for command in commands:
+        done = subprocess.run(
+            [sys.executable, *map(str, command)], cwd=REPO, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    return prep
+
+
+def test_fold_steps_put_an_attempts_rows_in_one_step_and_map_every_scored_row(bundled_prep):
+    dataset = Dataset.load(bundled_prep)
+    data = load_fold_data(bundled_prep, 0, inner_share=0.25, seed=0, dataset=dataset)
+    splits, meta = fold_splits(dataset, data)
+    test, inner, train = splits["test"], splits["inner"], splits["train"]
+    # 7 rows per student, 5 attempts: problem 7's two rows share a step, twice
+    assert np.all(np.diff(test["offsets"]) == 5) and np.all(np.diff(train["offsets"]) <= 5)
+    assert test["rows"].tolist()[:5] == [2, 1, 1, 1, 2]
+    # every streamed row once, mapped to the step of its own question and answer
+    entries = data.fold_tails.flat_index(data.sequences)
+    assert len(test["row_id"]) == len(entries) == meta["scored_rows"]
+    rows = pd.Series(np.asarray(dataset.arrays["row_id"])[data.sequences.row[entries]])
+    assert rows.is_unique and (test["row_id"] == rows.to_numpy()).all()
+    step = test["row_step"]
+    assert (test["q"][step] == data.sequences.question[entries]).all()
+    assert (test["r"][step] == data.sequences.response[entries]).all()
+    assert test["scored"][step].all() and test["scored"].sum() == len(np.unique(step))
+    # the inner split is 03's: its scored rows are the inner tails', train stops at fit
+    inner_rows = inner["rows"][inner["scored"]].sum()
+    assert inner_rows == len(data.inner_tails.flat_index(data.sequences)) > 0
+    assert train["rows"].sum() == data.fit_length.sum()
+    assert meta["has_questions"] and meta["num_c"] == 3  # skill sets {2,5}, {1}, {4}
+
+
+def test_concepts_are_skill_sets_and_skill_level_data_has_no_questions(bundled_prep):
+    dataset = Dataset.load(bundled_prep)
+    concept, has_questions = concept_ids(dataset)
+    tags = dataset.questions.set_index("question_id")["tags"]
+    for a in range(len(concept)):
+        for b in range(len(concept)):
+            assert (concept[a] == concept[b]) == (tags[a] == tags[b])
+    assert has_questions
+    skill_level = dataset.questions.assign(tags=dataset.questions["question_id"].astype(str))
+    alone = SimpleNamespace(questions=skill_level, n_questions=dataset.n_questions)
+    assert concept_ids(alone)[1] is False
+
+
+def test_fold_steps_refuse_a_container_with_two_questions(bundled_prep):
+    dataset = Dataset.load(bundled_prep)
+    data = load_fold_data(bundled_prep, 0, dataset=dataset)
+    steps = student_steps(data)
+    shared = np.flatnonzero(np.bincount(steps.entry_step) == 2)[0]
+    second = np.flatnonzero(steps.entry_step == shared)[1]
+    data.sequences.question[second] += 1
+    with pytest.raises(ValueError, match="holds another question"):
+        fold_splits(dataset, data)
+
+
+# ---------------------------------------------------------------------------------------
+# scores
+
+
+def test_paired_bootstrap_difference_is_the_auc_gap_with_an_interval_around_it():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 2000)
+    good = labels + rng.normal(0, 0.8, 2000)
+    poor = labels + rng.normal(0, 3.0, 2000)
+    students = np.repeat(np.arange(200), 10)
+    gap, low, high = paired_bootstrap_auc_difference(labels, good, poor, students, 300, 0)
+    assert gap == pytest.approx(roc_auc_score(labels, good) - roc_auc_score(labels, poor))
+    assert 0 < low < gap < high
+    # a scorer against itself: no gap, and none in any resample
+    assert paired_bootstrap_auc_difference(labels, good, good, students, 50, 0) == (0, 0, 0)
+    # swapped: the interval mirrors
+    back = paired_bootstrap_auc_difference(labels, poor, good, students, 300, 0)
+    assert back == pytest.approx((-gap, -high, -low))
+
+
+def test_fold_rows_refuse_a_peer_that_missed_a_common_row(tmp_path):
+    plan = DatasetPlan("toy", "s", (), 1, "")
+    ctx = SimpleNamespace(dataset_dir=lambda p: tmp_path / "ds", args=SimpleNamespace())
+    model_dir = tmp_path / "model"
+    folder = peer_fold_dir(ctx, plan, 0)
+    folder.mkdir(parents=True)
+    # two students of 3 steps; the first step of each has no peer prediction
+    np.savez(
+        folder / "data.npz", test_offsets=np.array([0, 3, 6]),
+        test_row_id=np.arange(10, 16), test_row_step=np.arange(6),
+    )  # fmt: skip
+    stream = FoldRun(model_dir, fold=0).folder / STREAM_PREDICTIONS
+    stream.parent.mkdir(parents=True)
+    ours = pd.DataFrame({"row_id": np.arange(10, 16), "answered_correctly": [0, 1, 0, 1, 1, 0]})
+    for column in peer_scores.OURS:
+        ours[column] = np.linspace(0.1, 0.9, 6)
+    ours.to_parquet(stream)
+    (folder / "dkt").mkdir()
+    pd.DataFrame({"row_id": [11, 12, 14, 15], "prediction": 0.5}).to_csv(
+        folder / "dkt" / "predictions.csv", index=False
+    )
+    rows = peer_scores.fold_rows(ctx, plan, model_dir, 0)
+    assert rows["row_id"].tolist() == [11, 12, 14, 15] and rows["student"].tolist() == [0, 0, 1, 1]
+    pd.DataFrame({"row_id": [11, 12, 14], "prediction": 0.5}).to_csv(
+        folder / "dkt" / "predictions.csv", index=False
+    )
+    with pytest.raises(ValueError, match="expected a prediction for each"):
+        peer_scores.fold_rows(ctx, plan, model_dir, 0)
