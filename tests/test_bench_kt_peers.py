@@ -155,6 +155,8 @@ def test_fold_steps_put_an_attempts_rows_in_one_step_and_map_every_scored_row(bu
     inner_rows = inner["rows"][inner["scored"]].sum()
     assert inner_rows == len(data.inner_tails.flat_index(data.sequences)) > 0
     assert train["rows"].sum() == data.fit_length.sum()
+    assert meta["students"]["test"] == len(data.valid_students)
+    assert meta["students"]["inner"] == len(data.inner_tails.students)
     assert meta["has_questions"] and meta["num_c"] == 3  # skill sets {2,5}, {1}, {4}
 
 
@@ -211,7 +213,7 @@ def test_fold_rows_refuse_a_peer_that_missed_a_common_row(tmp_path):
     # two students of 3 steps; the first step of each has no peer prediction
     np.savez(
         folder / "data.npz", test_offsets=np.array([0, 3, 6]),
-        test_row_id=np.arange(10, 16), test_row_step=np.arange(6),
+        test_row_id=np.arange(10, 16), test_row_step=np.arange(6), test_c=np.array([1, 1, 2, 0, 3, 3]),
     )  # fmt: skip
     stream = FoldRun(model_dir, fold=0).folder / STREAM_PREDICTIONS
     stream.parent.mkdir(parents=True)
@@ -224,7 +226,11 @@ def test_fold_rows_refuse_a_peer_that_missed_a_common_row(tmp_path):
         folder / "dkt" / "predictions.csv", index=False
     )
     rows = peer_scores.fold_rows(ctx, plan, model_dir, 0)
-    assert rows["row_id"].tolist() == [11, 12, 14, 15] and rows["student"].tolist() == [0, 0, 1, 1]
+    assert rows["first_step"].tolist() == [True, False, False, True, False, False]
+    assert rows["dkt"].isna().tolist() == rows["first_step"].tolist()
+    assert rows["student"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert rows["position"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert rows["repeat"].tolist() == [False, True, False, False, False, True]
     pd.DataFrame({"row_id": [11, 12, 14], "prediction": 0.5}).to_csv(
         folder / "dkt" / "predictions.csv", index=False
     )

@@ -81,15 +81,22 @@ def concept_ids(dataset: Dataset) -> tuple[np.ndarray, bool]:
 
 
 def _split(
-    data: FoldData, steps: Steps, concept: np.ndarray, end: np.ndarray, scored_from: np.ndarray
+    data: FoldData,
+    steps: Steps,
+    concept: np.ndarray,
+    end: np.ndarray,
+    scored_from: np.ndarray,
+    scored_only: bool = True,
 ) -> dict[str, np.ndarray]:
     """Each student's steps of entries [0, end), scored from entry scored_from on;
-    students with no step are left out."""
+    students with no step are left out, and with `scored_only` those with no scored step."""
     sequences = data.sequences
     starts = steps.first_entry
     student = np.repeat(np.arange(sequences.n_students), np.diff(steps.offsets))
     position = starts - sequences.offsets[student]
     kept = position < end[student]
+    if scored_only:
+        kept &= scored_from[student] < end[student]
     rows = np.bincount(steps.entry_step, minlength=len(starts))
     counts = np.bincount(student[kept], minlength=sequences.n_students)
     chosen = starts[kept]
@@ -113,7 +120,7 @@ def fold_splits(dataset: Dataset, data: FoldData) -> tuple[dict, dict]:
     concept, has_questions = concept_ids(dataset)
     lengths = data.sequences.lengths()
     splits = {
-        "train": _split(data, steps, concept, data.fit_length, data.fit_length),
+        "train": _split(data, steps, concept, data.fit_length, data.fit_length, False),
         "inner": _split(data, steps, concept, data.train_length, data.fit_length),
         "test": _split(data, steps, concept, lengths, data.train_length),
     }

@@ -34,38 +34,49 @@ OURS = {
 COLUMNS = [
     "dataset", "split", "multi_skill_rows", "model", "folds", "auc_mean", "auc_std",
     "auc_pooled", "rows_scored", "model_minus", "model_minus_low", "model_minus_high",
-    "blend_minus", "blend_minus_low", "blend_minus_high", "best_epoch", "epochs_run",
+    "blend_minus", "blend_minus_low", "blend_minus_high", "rows_first_steps", "rows_cut_history",
+    "best_epoch", "epochs_run",
     "train_seconds_per_fold", "config",
 ]  # fmt: skip
 
 
 def fold_rows(ctx: Context, plan: DatasetPlan, model_dir: Path, k: int) -> pd.DataFrame | None:
-    """Fold k's common rows: label, student, ours and every finished peer's prediction;
-    None until ours and the peers' data file exist."""
+    """Fold k's streamed rows: label, student, steps before the row's (`position`),
+    whether it is a student's first step (`first_step`, no peer predicts it) and whether
+    its concept repeats the step before it; ours and every finished peer's prediction
+    (NaN on first steps). None until ours and the peers' data file exist."""
     stream = FoldRun(model_dir, fold=k).folder / STREAM_PREDICTIONS
     data = peer_fold_dir(ctx, plan, k) / "data.npz"
     if not stream.exists() or not data.exists():
         return None
     with np.load(data) as npz:
-        offsets, row_id, row_step = npz["test_offsets"], npz["test_row_id"], npz["test_row_step"]
-    student = np.searchsorted(offsets, row_step, side="right") - 1
-    first_step = np.isin(row_step, offsets[:-1])
-    rows = pd.DataFrame({"row_id": row_id[~first_step], "student": student[~first_step]})
+        offsets, concept = npz["test_offsets"], npz["test_c"]
+        row_id, step = npz["test_row_id"], npz["test_row_step"]
+    student = np.searchsorted(offsets, step, side="right") - 1
+    position = step - offsets[student]
+    repeat = position > 0
+    repeat[repeat] = concept[step[repeat]] == concept[step[repeat] - 1]
+    rows = pd.DataFrame(
+        {"row_id": row_id, "student": student, "position": position, "repeat": repeat}
+    )
+    rows["first_step"] = position == 0
     ours = pd.read_parquet(stream).set_index("row_id")
     if len(ours) != len(row_id) or not ours.index.isin(row_id).all():
         raise ValueError(f"{stream}: its rows are not the rows of {data}")
-    rows["label"] = ours.loc[rows["row_id"], "answered_correctly"].to_numpy()
+    rows["label"] = ours.loc[row_id, "answered_correctly"].to_numpy()
     for column in OURS:
-        rows[column] = ours.loc[rows["row_id"], column].to_numpy()
+        rows[column] = ours.loc[row_id, column].to_numpy()
+    common = rows.loc[~rows["first_step"], "row_id"]
     for peer in PEERS:
         path = peer_fold_dir(ctx, plan, k) / peer / "predictions.csv"
         if path.exists():
             predicted = pd.read_csv(path).set_index("row_id")["prediction"]
-            if len(predicted) != len(rows) or not predicted.index.isin(rows["row_id"]).all():
+            if len(predicted) != len(common) or not predicted.index.isin(common).all():
                 raise ValueError(
-                    f"{path}: expected a prediction for each of the fold's {len(rows):,} rows"
+                    f"{path}: expected a prediction for each of the fold's {len(common):,} "
+                    "rows after a student's first step"
                 )
-            rows[peer] = predicted.loc[rows["row_id"]].to_numpy()
+            rows[peer] = predicted.reindex(row_id).to_numpy()
     rows["fold"] = k
     return rows
 
@@ -79,36 +90,84 @@ def peer_results(ctx: Context, plan: DatasetPlan, peer: str, folds: list[int]) -
     return results
 
 
-def score_table(ctx: Context, plan: DatasetPlan, our_model: str, bootstrap: int) -> list[dict]:
-    """One dict per model (ours: model, trees, blend; each peer with every fold ours has)."""
+def score_table(
+    ctx: Context, plan: DatasetPlan, our_model: str, bootstrap: int, seq_len: int
+) -> tuple[list[dict], pd.DataFrame | None]:
+    """(one dict per model: ours (model, trees, blend) and each peer, each on the folds it
+    has finished, on the rows after each student's first step; every fold's rows)."""
     model_dir = ctx.model_dir(plan, our_model)
-    folds = [fold_rows(ctx, plan, model_dir, k) for k in range(plan.n_folds)]
-    folds = [f for f in folds if f is not None]
-    if not folds:
-        return []
-    scorers = [c for c in [*OURS, *PEERS] if all(c in f for f in folds)]
+    every = [fold_rows(ctx, plan, model_dir, k) for k in range(plan.n_folds)]
+    every = [f for f in every if f is not None]
+    if not every:
+        return [], None
+    table = []
+    for scorer in [*OURS, *PEERS]:
+        folds = [f[~f["first_step"]] for f in every if scorer in f]
+        if folds:
+            table.append(score_row(ctx, plan, scorer, folds, bootstrap))
+            table[-1]["rows_first_steps"] = int(
+                sum(f["first_step"].sum() for f in every if scorer in f)
+            )
+            table[-1]["rows_cut_history"] = int(
+                sum((f["position"] >= seq_len).sum() for f in folds)
+            )
+    return table, pd.concat(every, ignore_index=True)
+
+
+def score_row(
+    ctx: Context, plan: DatasetPlan, scorer: str, folds: list[pd.DataFrame], bootstrap: int
+) -> dict:
+    """The scorer's AUC per fold and pooled, and our model's and blend's AUC minus its,
+    paired over the same rows (students resampled)."""
     pooled = pd.concat(folds, ignore_index=True)
     clusters = pooled["fold"].to_numpy() * 10_000_000 + pooled["student"].to_numpy()
-    table = []
-    for scorer in scorers:
-        per_fold = [auc_or_nan(f["label"], f[scorer]) for f in folds]
-        row = {
-            "dataset": plan.preset, "split": plan.split,
-            "multi_skill_rows": ctx.args.multi_skill_rows, "model": _name(scorer),
-            "folds": ",".join(str(int(f["fold"].iloc[0])) for f in folds),
-            "auc_mean": float(np.mean(per_fold)),
-            "auc_std": float(np.std(per_fold, ddof=1)) if len(per_fold) > 1 else float("nan"),
-            "auc_pooled": auc_or_nan(pooled["label"], pooled[scorer]), "rows_scored": len(pooled),
-        }  # fmt: skip
-        for ours, name in (("model_prediction", "model_minus"), ("prediction", "blend_minus")):
-            diff = paired_bootstrap_auc_difference(
-                pooled["label"], pooled[ours], pooled[scorer], clusters, bootstrap, seed=0
-            )
-            row.update(zip((name, f"{name}_low", f"{name}_high"), diff, strict=True))
-        if scorer in PEERS:
-            row.update(peer_summary(ctx, plan, scorer, [int(f["fold"].iloc[0]) for f in folds]))
-        table.append(row)
-    return table
+    per_fold = [auc_or_nan(f["label"], f[scorer]) for f in folds]
+    row = {
+        "dataset": plan.preset, "split": plan.split,
+        "multi_skill_rows": ctx.args.multi_skill_rows, "model": _name(scorer),
+        "folds": ",".join(str(int(f["fold"].iloc[0])) for f in folds),
+        "auc_mean": float(np.mean(per_fold)),
+        "auc_std": float(np.std(per_fold, ddof=1)) if len(per_fold) > 1 else float("nan"),
+        "auc_pooled": auc_or_nan(pooled["label"], pooled[scorer]), "rows_scored": len(pooled),
+    }  # fmt: skip
+    for ours, name in (("model_prediction", "model_minus"), ("prediction", "blend_minus")):
+        diff = paired_bootstrap_auc_difference(
+            pooled["label"], pooled[ours], pooled[scorer], clusters, bootstrap, seed=0
+        )
+        row.update(zip((name, f"{name}_low", f"{name}_high"), diff, strict=True))
+    if scorer in PEERS:
+        row.update(peer_summary(ctx, plan, scorer, [int(f["fold"].iloc[0]) for f in folds]))
+    return row
+
+
+SLICES = {
+    "first step (ours only)": lambda r: r["first_step"],
+    "1-9 steps before": lambda r: r["position"].between(1, 9),
+    "10-49": lambda r: r["position"].between(10, 49),
+    "50-199": lambda r: r["position"].between(50, 199),
+    "200 or more": lambda r: r["position"] >= 200,
+    "same concept as the step before": lambda r: r["repeat"],
+    "another concept": lambda r: ~r["repeat"] & ~r["first_step"],
+}
+
+
+def slice_table(plan: DatasetPlan, rows: pd.DataFrame, folds_of: dict[str, str]) -> str:
+    """AUC by slice of the rows (history length, a repeat of the concept before), each
+    scorer on the folds every peer has finished (the folds of its table row)."""
+    shared = set.intersection(*(set(v.split(",")) for v in folds_of.values()))
+    rows = rows[rows["fold"].astype(str).isin(shared)]
+    scorers = [c for c in [*OURS, *PEERS] if c in rows and _name(c) in folds_of]
+    head = f"| {plan.preset} ({plan.split}), folds {','.join(sorted(shared))} | rows | "
+    lines = [head + " | ".join(_name(c) for c in scorers) + " |"]
+    lines.append("| --- | ---: |" + " ---: |" * len(scorers))
+    for name, chosen in SLICES.items():
+        part = rows[chosen(rows)]
+        aucs = [
+            auc_or_nan(part["label"], part[c]) if part[c].notna().all() else np.nan for c in scorers
+        ]
+        cells = ["—" if np.isnan(a) else f"{a:.4f}" for a in aucs]
+        lines.append(f"| {name} | {len(part):,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _name(scorer: str) -> str:
@@ -125,7 +184,7 @@ def peer_summary(ctx: Context, plan: DatasetPlan, peer: str, folds: list[int]) -
     }
 
 
-def render(frame: pd.DataFrame, ctx: Context) -> str:
+def render(frame: pd.DataFrame) -> str:
     """The markdown table of kt_peers.txt."""
     lines = [
         "| data set (split) | model | AUC mean ± std | pooled AUC | rows | our model − this "
@@ -150,13 +209,23 @@ def _diff(value: float, low: float, high: float) -> str:
 
 
 def write_tables(
-    ctx: Context, plans: list[DatasetPlan], our_model: str, results: Path, bootstrap: int
+    ctx: Context,
+    plans: list[DatasetPlan],
+    our_model: str,
+    results: Path,
+    bootstrap: int,
+    seq_len: int,
 ) -> str:
     """kt_peers.csv and kt_peers.txt from every finished fold; returns the text."""
-    rows = [row for plan in plans for row in score_table(ctx, plan, our_model, bootstrap)]
-    frame = pd.DataFrame(rows, columns=COLUMNS)
+    table, slices = [], []
+    for plan in plans:
+        rows, every = score_table(ctx, plan, our_model, bootstrap, seq_len)
+        table += rows
+        if every is not None:
+            slices.append(slice_table(plan, every, {r["model"]: r["folds"] for r in rows}))
+    frame = pd.DataFrame(table, columns=COLUMNS)
     results.parent.mkdir(parents=True, exist_ok=True)
     write_text(results.with_suffix(".csv"), frame.to_csv(index=False, float_format="%.6g"))
-    text = render(frame, ctx)
+    text = render(frame) + "\n\nAUC by slice of the rows:\n\n" + "\n\n".join(slices)
     write_text(results.with_suffix(".txt"), relative(text) + "\n")
     return text

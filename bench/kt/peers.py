@@ -1,8 +1,8 @@
 """Peers on the same rows: pyKT's models trained on our KT folds and scored on exactly
 the rows our model is scored on, beside our model, the boosted trees and the blend.
 
-    python -m bench.kt.peers --pykt-python <pyKT venv>/bin/python            # full grid
-    python -m bench.kt.peers --pykt-python ... --datasets assist2015 --folds 0,1 --peers dkt akt
+    scripts/setup_pykt_env.sh && python -m bench.kt.peers     # full grid (.venv-pykt's pyKT)
+    python -m bench.kt.peers --grid assist2015:unseen5 --folds 0,1 --peers dkt akt
     python -m bench.kt.peers --table-only        # rewrite the tables from finished folds
 
 Per data set and fold: our recipe (bench.kt.run with --ours' flags: trained with 03,
@@ -56,6 +56,7 @@ OURS = (
     "--lr 2e-3 --warmup 100 --batch-size 64 --checkpoint best"
 )
 OUR_MODEL = "saint-rasch-readout-past-head"
+PYKT_PYTHON = benchlib.REPO / ".venv-pykt" / "bin" / "python"
 # (data set, split) of the grid: leak-free rows first
 GRID = (("assist2009_pid", "akt5"), ("assist2015", "unseen5"), ("assist2015", "pykt"))
 GRID_NAMES = [f"{d}:{s}" for d, s in GRID]
@@ -65,7 +66,7 @@ GRID_NAMES = [f"{d}:{s}" for d, s in GRID]
 class PeerArgs:
     """What the peers' side of a run needs besides our context."""
 
-    python: Path | None
+    python: Path
     peers: list[str]
     seq_len: int
     stride: int
@@ -116,8 +117,11 @@ def run_peer(ctx: Context, plan: DatasetPlan, peer: str, data: Path, k: int, p: 
     out = peer_fold_dir(ctx, plan, k) / peer
     if (out / "result.json").exists():
         return json.loads((out / "result.json").read_text())
-    if p.python is None:
-        raise SystemExit(f"{relative(out)} is not finished: give --pykt-python to run it")
+    if not p.python.exists():
+        raise SystemExit(
+            f"{relative(out)} is not finished and {relative(p.python)} does not exist: run "
+            "scripts/setup_pykt_env.sh, or give --pykt-python"
+        )
     config = peer_config(peer, plan.preset)
     command = [
         str(p.python), str(Path(__file__).with_name("pykt_peer.py")), "--data", str(data),
@@ -161,7 +165,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, PeerA
     p.add_argument("--grid", nargs="+", choices=GRID_NAMES, default=GRID_NAMES)
     p.add_argument("--folds", type=ints, help="comma list (default: every fold of the split)")
     p.add_argument("--peers", nargs="+", choices=sorted(PEERS), default=list(DEFAULT_PEERS))
-    p.add_argument("--pykt-python", type=Path, help="python of a venv with pykt-toolkit 0.0.38")
+    venv = "python of a venv with pykt-toolkit 0.0.38 (default: .venv-pykt's, made by "
+    venv += "scripts/setup_pykt_env.sh)"
+    p.add_argument("--pykt-python", type=Path, default=PYKT_PYTHON, help=venv)
     p.add_argument("--ours", default=OURS, help="bench.kt.run flags of our recipe")
     p.add_argument("--epochs", type=int, default=30, help="peers' epoch cap (pyKT: 200)")
     p.add_argument("--patience", type=int, default=5, help="peers' early stopping (pyKT: 10)")
@@ -201,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         prep = kt_run.prepare_dataset(ctx, plan)
         for k in [k for k in (args.folds or range(plan.n_folds)) if k < plan.n_folds]:
             run_grid_fold(ctx, plan, prep, k, p)
-            peer_scores.write_tables(ctx, plans, OUR_MODEL, args.results, p.bootstrap)
-    text = peer_scores.write_tables(ctx, plans, OUR_MODEL, args.results, p.bootstrap)
+            peer_scores.write_tables(ctx, plans, OUR_MODEL, args.results, p.bootstrap, p.seq_len)
+    text = peer_scores.write_tables(ctx, plans, OUR_MODEL, args.results, p.bootstrap, p.seq_len)
     print(text)
     return 0
 
