@@ -213,7 +213,8 @@ def test_fold_rows_refuse_a_peer_that_missed_a_common_row(tmp_path):
     # two students of 3 steps; the first step of each has no peer prediction
     np.savez(
         folder / "data.npz", test_offsets=np.array([0, 3, 6]),
-        test_row_id=np.arange(10, 16), test_row_step=np.arange(6), test_c=np.array([1, 1, 2, 0, 3, 3]),
+        test_row_id=np.arange(10, 16), test_row_step=np.arange(6),
+        test_c=np.array([1, 1, 2, 0, 3, 3]),
     )  # fmt: skip
     stream = FoldRun(model_dir, fold=0).folder / STREAM_PREDICTIONS
     stream.parent.mkdir(parents=True)

@@ -141,14 +141,15 @@ def run_peer(ctx: Context, plan: DatasetPlan, peer: str, data: Path, k: int, p: 
 
 
 def run_grid_fold(ctx: Context, plan: DatasetPlan, prep: Path, k: int, p: PeerArgs) -> None:
-    """Ours, then every peer, on fold k."""
+    """Ours, then every peer, on fold k (its peer data exported first: the tables read the
+    fold's steps from it, whichever side runs)."""
+    data = export_fold(ctx, plan, prep, k)
     if "ours" in p.sides:
         model_dir = kt_run.prepare_model_dir(ctx, plan, OUR_MODEL, prep)
         print(f"{plan.preset} ({plan.split}) fold {k}: ours", flush=True)
         kt_run.run_fold(ctx, plan, OUR_MODEL, model_dir, k)
     if "peers" not in p.sides:
         return
-    data = export_fold(ctx, plan, prep, k)
     for peer in p.peers:
         print(f"{plan.preset} ({plan.split}) fold {k}: {peer}", flush=True)
         run_peer(ctx, plan, peer, data, k, p)
@@ -181,7 +182,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, PeerA
     p.add_argument("--results", type=Path, default=benchlib.RESULTS / "kt_peers")
     sides = "run only our recipe or only the peers (two processes side by side); default both"
     p.add_argument("--only", choices=("ours", "peers"), help=sides)
-    p.add_argument("--table-only", action="store_true", help="run nothing: rewrite the tables")
+    table = "train nothing: rewrite the tables from the finished folds"
+    p.add_argument("--table-only", action="store_true", help=table)
     args = p.parse_args(argv)
     for name in ("epochs", "patience", "seq_len", "threads"):
         if getattr(args, name) < 1:
@@ -203,11 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     args, p = parse_args(argv)
     ctx = our_context(args)
     plans = [PLANS[d][s] for d, s in (name.split(":") for name in args.grid)]
-    for plan in [] if args.table_only else plans:
+    for plan in plans:
         prep = kt_run.prepare_dataset(ctx, plan)
         for k in [k for k in (args.folds or range(plan.n_folds)) if k < plan.n_folds]:
+            if args.table_only:  # the steps of every fold ours or a peer finished
+                export_fold(ctx, plan, prep, k)
+                continue
             run_grid_fold(ctx, plan, prep, k, p)
-            peer_scores.write_tables(ctx, plans, OUR_MODEL, args.results, p.bootstrap, p.seq_len)
+            # the tables so far after each fold, without the bootstrap (minutes a table)
+            peer_scores.write_tables(ctx, plans, OUR_MODEL, args.results, 0, p.seq_len)
     text = peer_scores.write_tables(ctx, plans, OUR_MODEL, args.results, p.bootstrap, p.seq_len)
     print(text)
     return 0
