@@ -38,6 +38,9 @@ class Steps:
     offsets: np.ndarray  # (n_students + 1,) int64
     first_entry: np.ndarray  # (n_steps,) flat question entry of the step's first row
     entry_step: np.ndarray  # (n_entries,) the step of each flat question entry
+    student: np.ndarray  # (n_steps,) the step's student
+    position: np.ndarray  # (n_steps,) the student's questions before the step
+    rows: np.ndarray  # (n_steps,) int64 question rows in the step
 
 
 def student_steps(data: FoldData) -> Steps:
@@ -49,7 +52,8 @@ def student_steps(data: FoldData) -> Steps:
     entry_step = np.cumsum(opens) - 1
     counts = np.bincount(student[opens], minlength=sequences.n_students)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return Steps(offsets, np.flatnonzero(opens), entry_step)
+    rows = np.bincount(entry_step, minlength=int(opens.sum())).astype(np.int64)
+    return Steps(offsets, np.flatnonzero(opens), entry_step, student[opens], position[opens], rows)
 
 
 def check_one_question_per_step(data: FoldData, steps: Steps) -> None:
@@ -91,22 +95,19 @@ def _split(
     """Each student's steps of entries [0, end), scored from entry scored_from on;
     students with no step are left out, and with `scored_only` those with no scored step."""
     sequences = data.sequences
-    starts = steps.first_entry
-    student = np.repeat(np.arange(sequences.n_students), np.diff(steps.offsets))
-    position = starts - sequences.offsets[student]
+    student, position = steps.student, steps.position
     kept = position < end[student]
     if scored_only:
         kept &= scored_from[student] < end[student]
-    rows = np.bincount(steps.entry_step, minlength=len(starts))
     counts = np.bincount(student[kept], minlength=sequences.n_students)
-    chosen = starts[kept]
+    chosen = steps.first_entry[kept]
     return {
         "offsets": np.concatenate([[0], np.cumsum(counts[counts > 0])]).astype(np.int64),
         "q": sequences.question[chosen].astype(np.int64),
         "c": concept[sequences.question[chosen]],
         "r": sequences.response[chosen].astype(np.int64),
         "scored": position[kept] >= scored_from[student[kept]],
-        "rows": rows[kept].astype(np.int64),
+        "rows": steps.rows[kept],
         "step": np.flatnonzero(kept),  # the global step of each kept step
     }
 

@@ -292,8 +292,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
-    if args.epochs < 1 or args.patience < 1 or args.batch_size < 1:
-        p.error("--epochs, --patience and --batch-size: expected positive integers")
+    if min(args.epochs, args.patience, args.batch_size, args.threads) < 1:
+        p.error("--epochs, --patience, --batch-size and --threads: expected positive integers")
+    if not 1 <= args.stride < args.seq_len:
+        p.error(f"--stride: expected 1 <= stride < --seq-len ({args.seq_len}), got {args.stride}")
     return args
 
 
