@@ -190,6 +190,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, PeerA
             p.error(f"--{name.replace('_', '-')}: expected a positive integer")
     if not 1 <= args.stride < args.seq_len:
         p.error(f"--stride: expected 1 <= stride < --seq-len ({args.seq_len})")
+    if args.folds is not None and min(args.folds) < 0:
+        p.error(f"--folds: expected folds >= 0, got {args.folds}")
     if args.bootstrap < 0:
         p.error("--bootstrap: expected 0 or more")
     args.work_dir, args.source_root = args.work_dir.resolve(), args.source_root.resolve()
