@@ -4,6 +4,7 @@ conversion.json (what was filled in). See common/inputs/kt_datasets.py.
 
     python 00_convert_kt_dataset.py --dataset assist2009_pid
     python 00_convert_kt_dataset.py --dataset assist2015 --output-dir input/assist2015
+    python 00_convert_kt_dataset.py --config configs/assist2015.toml   (its [convert] table)
     python 00_convert_kt_dataset.py --dataset assist2015_pykt --output-dir input/assist2015_pykt
     python 00_convert_kt_dataset.py --format 4line --inputs a.csv b.csv --name mine \
         --input-folds 0 1 --output-dir input/mine
@@ -75,6 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default: %(default)s)",
     )
     parser.add_argument("--output-dir", type=Path, help="(default: input/<name>)")
+    cli.config_flag(parser, argv, stage="convert")
     args = parser.parse_args(argv)
     if args.dataset is not None:
         clashing = [f for f in ("line_format", "inputs", "input_folds") if getattr(args, f)]

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         "train.csv than a demo's is refused)",
     )
     cli.add_config_flags(parser, DemoConfig, only=("n_users", "n_questions", "seed", "max_events"))
-    config, args = cli.parse_config(parser, DemoConfig, argv)
+    config, args = cli.parse_config(parser, DemoConfig, argv, stage="demo")
     return cli.guarded(lambda: write_demo(config, args.output_dir))
 
 

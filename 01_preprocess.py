@@ -11,7 +11,7 @@ from common.data.preprocess import PreprocessConfig, preprocess
 def main(argv: list[str] | None = None) -> int:
     parser = cli.parser(__doc__)
     cli.add_config_flags(parser, PreprocessConfig)
-    config, _ = cli.parse_config(parser, PreprocessConfig, argv)
+    config, _ = cli.parse_config(parser, PreprocessConfig, argv, stage="preprocess")
 
     def run() -> None:
         print(preprocess(config).report())

@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = cli.parser(__doc__)
     cli.path_flags(parser, input_help="read for --strategy dataset (user_folds.csv)")
     cli.add_config_flags(parser, FoldConfig)
-    config, args = cli.parse_config(parser, FoldConfig, argv)
+    config, args = cli.parse_config(parser, FoldConfig, argv, stage="folds")
 
     def run() -> None:
         report(make_folds(args.output_dir, config, args.input_dir), config)

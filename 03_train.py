@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None):
     add_train_flags(parser)
     cli.fold_list_flag(parser)
     note = " (a run's fold{k}/config.json trains that configuration again)"
-    return cli.parse_config(parser, TrainConfig, argv, note)
+    return cli.parse_config(parser, TrainConfig, argv, note, stage="train")
 
 
 def main(argv: list[str] | None = None) -> int:

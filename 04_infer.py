@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     cli.add_config_flags(parser, InferConfig)
     cli.fold_list_flag(parser)
-    config, args = cli.parse_config(parser, InferConfig, argv)
+    config, args = cli.parse_config(parser, InferConfig, argv, stage="infer")
     return cli.guarded(
         lambda: infer(config, args.output_dir, args.run),
         "the folds streamed so far are kept; the same command streams the others (with "

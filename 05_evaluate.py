@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         "stop (default: off)",
     )
     cli.add_config_flags(parser, EvaluateConfig)
-    config, args = cli.parse_config(parser, EvaluateConfig, argv)
+    config, args = cli.parse_config(parser, EvaluateConfig, argv, stage="evaluate")
 
     def body() -> None:
         if args.runs:

@@ -35,6 +35,8 @@ import torch
 
 from bench.benchlib import (
     BENCH_RUN,
+    DEMO_FLAGS,
+    DEMO_FOLD_FLAGS,
     REPO,
     SHARED_DATA,
     WORK,
@@ -96,9 +98,9 @@ DATASETS = {
     "demo": DataSet(
         "demo",
         (
-            ("00_make_demo_input.py", "--users", "2000", "--seed", "0", "--output-dir", "{input}"),
+            ("00_make_demo_input.py", *DEMO_FLAGS, "--output-dir", "{input}"),
             PREPROCESS,
-            ("02_make_folds.py", "--output-dir", "{prep}", "--n-folds", "5", "--seed", "0"),
+            ("02_make_folds.py", "--output-dir", "{prep}", *DEMO_FOLD_FLAGS),
         ),
         ("--model", "saint+", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100"),
         5,

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from bench.benchlib import (
     BENCH_RUN,
+    DEMO,
+    DEMO_FOLD_FLAGS,
     SMALL_DATA_RECIPE,
     WORK,
     Report,
@@ -39,7 +41,6 @@ from common.model.blending import BLEND
 from common.model.boosting import FEATURE_BASELINE
 from common.tables import markdown_table
 
-DEMO_USERS, DEMO_SEED = 2000, 0
 VARIANTS = {
     "SAINT+ (quick start)": [],
     "SAINT+ + AKT read-out": ["--readout", "akt"],
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     prep = args.work_dir / "demo" / "output"
     rows = []
     if not args.table_only:
-        make_demo(demo_input, prep, DEMO_USERS, DEMO_SEED, ("--n-folds", "5", "--seed", "0"))
+        make_demo(demo_input, prep, DEMO.n_users, DEMO.seed, DEMO_FOLD_FLAGS)
     for name, flags in VARIANTS.items():
         out = args.work_dir / name.replace(" ", "_").replace("+", "plus")
         if not args.table_only and name in args.variants:

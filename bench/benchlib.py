@@ -24,7 +24,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from common import cli
+from common.data.folds import FoldConfig
 from common.files import cpu_model, write_text
+from common.inputs.demo import DemoConfig
+from common.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -248,12 +252,25 @@ def peak_rss_bytes(rss_file: Path) -> int:
 
 BENCH_RUN = "bench"  # the run a benchmark's output dir holds (03_train.py --run bench)
 
-# the README's recipe for small data sets (run_demo.sh's 03 flags)
-SMALL_DATA_RECIPE = (
-    "--model", "saint+", "--d-model", "64", "--layers", "2", "--heads", "4", "--window",
-    "100", "--dropout", "0.1", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100",
-    "--epochs", "5",
-)  # fmt: skip
+RECIPES = REPO / "configs"  # every pipeline's settings, a table per script (common/recipe.py)
+DEMO_RECIPE = RECIPES / "demo.toml"  # run_demo.sh's
+
+
+def recipe_flags(path: Path, stage: str, cls: type, leave_out=()) -> tuple[str, ...]:
+    """The flags that set what the recipe's [stage] table sets of `cls`'s fields (its
+    folders and run, and `leave_out`, left aside): a benchmark runs a script with a
+    recipe's settings in folders of its own."""
+    config, paths = cli.recipe_config(path, stage, cls, leave_out)
+    return tuple(cli.to_argv(config, only=paths))
+
+
+# the README's recipe for small data sets: run_demo.sh's training settings (03's table of
+# its recipe, without the demo's fold and progress bars)
+SMALL_DATA_RECIPE = recipe_flags(DEMO_RECIPE, "train", TrainConfig, ("fold", "progress"))
+# the quick start's demo: its students (00's table) and folds (02's table)
+DEMO, _ = cli.recipe_config(DEMO_RECIPE, "demo", DemoConfig)
+DEMO_FLAGS = recipe_flags(DEMO_RECIPE, "demo", DemoConfig)
+DEMO_FOLD_FLAGS = recipe_flags(DEMO_RECIPE, "folds", FoldConfig)
 
 
 def bench_run(out: Path) -> Path:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bench.benchlib import (
     BENCH_RUN,
+    SMALL_DATA_RECIPE,
     WORK,
     Report,
     bench_fold,
@@ -67,9 +68,7 @@ def demo_training(args: argparse.Namespace, data_out: Path, say: Report) -> dict
     """03_train.py for 2 epochs on the device: the last epoch's interactions/s and AUC."""
     out = link_data(args.work_dir / "demo_run", data_out)
     flags = ["--output-dir", out, "--run", BENCH_RUN, "--device", args.device, "--amp", args.amp]
-    flags += ["--epochs", 2]
-    flags += ["--d-model", 64, "--layers", 2, "--heads", 4, "--batch-size", 64, "--lr", 2e-3]
-    flags += ["--warmup", 100, "--no-progress"]
+    flags += [*SMALL_DATA_RECIPE, "--epochs", 2, "--no-progress"]  # the demo's, 2 epochs
     run(script("03_train.py", *flags), say=say)
     with open(bench_fold(out) / "history.csv") as f:
         last = list(csv.DictReader(f))[-1]

@@ -2,15 +2,20 @@
 error wrapper.
 
 A field becomes `--field-name` (or the name in its metadata's "flag"), typed from its
-annotation; its help (metadata "help") ends with the default. A bool that defaults to False
-is a switch `--name`, one that defaults to True is `--no-name`. A nested config dataclass
+annotation; its help (metadata "help") ends with the default. A bool becomes the pair
+`--name` / `--no-name` (argparse's BooleanOptionalAction); its help says what True means,
+and the command line writes the `--no-` wording itself. A nested config dataclass
 (TrainConfig's `model`) contributes its own fields' flags. Fields whose metadata says
 `cli=False` (filled from the data) get no flag. Tuples and lists take a comma list.
 
-`--config FILE` (every script built on `parse_config`) reads the same fields from a JSON or
-YAML file, nested configs as nested mappings, the field names as keys; flags given beside
-it override it, unknown keys and values of the wrong type are refused. The config.json a
-training run writes is such a file (its "recorded" section is ignored).
+`--config FILE` (every script built on `parse_config`, and 00_convert_kt_dataset.py through
+`config_flag`) reads either form, flags given beside it overriding it:
+- a recipe (configs/*.toml, common/recipe.py): one file of a whole pipeline's settings, a
+  table per script ([train] for 03_train.py), field names and the script's own flags'
+  names (output_dir, run) as keys;
+- a JSON or YAML file of one script's fields, nested configs as nested mappings, such as
+  the config.json a training run writes (its "recorded" section is ignored).
+Unknown keys and values of the wrong type are refused, the file and the key named.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, Field, fields, is_dataclass
 from pathlib import Path
 
+from common import recipe
 from common.errors import UserError
 from common.options import Range, check_range
 
@@ -112,20 +118,13 @@ def add_config_flags(
         text = f.metadata.get("help", "")
         options: dict = {"dest": path, "default": default}
         if kind is bool and not sequence:
-            # the flag that changes the default is shown; its opposite (hidden) undoes a
-            # --config file that set the field
-            if default:
-                text = f"{text or f'turn {name} off'} (default: {name} on)"
-                parser.add_argument(
-                    f"--no-{name}", action="store_false", help=text.replace("%", "%%"), **options
-                )
-                parser.add_argument(f"--{name}", action="store_true", dest=path, help=SUPPRESS)
-            else:
-                text = f"{text} (default: off)".lstrip()
-                parser.add_argument(
-                    f"--{name}", action="store_true", help=text.replace("%", "%%"), **options
-                )
-                parser.add_argument(f"--no-{name}", action="store_false", dest=path, help=SUPPRESS)
+            # --name sets the field, --no-name clears it (and undoes a --config file's value);
+            # the help says what the field's True means
+            text = f"{text or f'{name} on'} (default: {'on' if default else 'off'})"
+            switch = parser.add_argument(
+                f"--{name}", action=argparse.BooleanOptionalAction, **options
+            )
+            switch.help = text.replace("%", "%%")  # without argparse's own "(default: True)"
             continue
         if default is MISSING:
             options.pop("default")
@@ -234,8 +233,12 @@ def _file_value(where: str, value: object, f: Field, annotation: object) -> obje
     return tuple(checked) if sequence else checked[0]
 
 
-def _file_fields(cls: type, values: dict, where: str, prefix: str = "") -> dict[str, object]:
-    """dotted path -> value of a config file's mapping for `cls`."""
+def _file_fields(
+    cls: type, values: dict, where: str, prefix: str = "", recorded: bool = True
+) -> dict[str, object]:
+    """dotted path -> value of a config file's mapping for `cls`; recorded: the fields
+    filled from the data (cli=False) are skipped, as a run's config.json holds them (else
+    refused: a recipe sets none)."""
     hints = typing.get_type_hints(cls)
     by_name = {f.name: f for f in fields(cls)}
     found: dict[str, object] = {}
@@ -246,11 +249,13 @@ def _file_fields(cls: type, values: dict, where: str, prefix: str = "") -> dict[
             raise ValueError(f"{where}: unknown key {prefix}{key} (keys here: {known})")
         annotation = hints[key]
         if f.metadata.get("cli", True) is False and not is_dataclass(annotation):
-            continue  # filled from the data (ModelConfig.n_questions...): config.json has them
+            if recorded:  # filled from the data (ModelConfig.n_questions...)
+                continue
+            raise ValueError(f"{where}: {prefix}{key} is filled from the data, not set")
         if is_dataclass(annotation):
             if not isinstance(value, dict):
                 raise ValueError(f"{where}: {prefix}{key} must be a mapping of its fields")
-            found |= _file_fields(annotation, value, where, f"{prefix}{key}.")
+            found |= _file_fields(annotation, value, where, f"{prefix}{key}.", recorded)
         else:
             found[f"{prefix}{key}"] = _file_value(f"{where}: {prefix}{key}", value, f, annotation)
     return found
@@ -281,39 +286,137 @@ def read_config_file(path: str | Path, cls: type) -> dict[str, object]:
     return _file_fields(cls, values, str(path))
 
 
-def parse_config(
-    parser: argparse.ArgumentParser, cls: type, argv: list[str] | None, config_note: str = ""
-):
-    """(config, args): `--config FILE` read (if given), the flags parsed over it, and
-    `cls` built from them; a config file or a config the dataclass refuses (ValueError)
-    ends like a bad flag: usage, the message, exit 2. config_note: added to --config's
-    help."""
+def _script_value(where: str, value: object, action: argparse.Action) -> object:
+    """A recipe's value for one of the script's own flags (--output-dir, --run, ...), read
+    as the flag reads its text: a switch takes true or false."""
+    if action.nargs == 0:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: {value!r}, but the flag is a switch: true or false")
+        return value
+    listed = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+    if listed != isinstance(value, list) or isinstance(value, dict | bool):
+        kind = "a list" if listed else "one value"
+        raise ValueError(f"{where}: {value!r}, but the flag takes {kind}")
+    read = action.type or str
+    found = []
+    for item in value if listed else [value]:
+        try:
+            item = read(str(item))
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+            raise ValueError(f"{where}: {item!r}: {error}") from None
+        if action.choices is not None and item not in action.choices:
+            raise ValueError(
+                f"{where}: {item!r} is not one of {', '.join(map(str, action.choices))}"
+            )
+        found.append(item)
+    return found if listed else found[0]
+
+
+def _recipe_values(
+    path: Path, stage: str, parser: argparse.ArgumentParser, cls: type | None
+) -> dict[str, object]:
+    """dest -> value of the recipe's [stage] table: `cls`'s fields checked as a config
+    file's, the script's own flags read as each reads its text, and a fold list flag's
+    value (3, "0-4", "all") as --fold reads it; any other key refused."""
+    table, where = recipe.read_table(path, stage), f"{path} [{stage}]"
+    names = {f.name for f in fields(cls)} if cls is not None else set()
+    paths = {p for p, _, _, _ in _flag_fields(cls)} if cls is not None else set()
+    actions = {a.dest: a for a in parser._actions if a.dest not in (SUPPRESS, "help", "config")}
+    own = {dest: action for dest, action in actions.items() if dest not in paths}
+    found: dict[str, object] = {}
+    for key in list(table):
+        if key not in names and key not in own:
+            known = ", ".join(sorted(names | set(own)))
+            raise ValueError(f"{where}: unknown key {key} (keys here: {known})")
+        value = table[key]
+        if key in own:
+            found[key] = _script_value(f"{where}: {key}", table.pop(key), own[key])
+        elif key in actions and actions[key].type is fold_spec and type(value) in (int, str):
+            try:
+                found[key] = fold_spec(str(table.pop(key)))
+            except argparse.ArgumentTypeError as error:
+                raise ValueError(f"{where}: {key} {error}") from None
+    return found | (_file_fields(cls, table, where, recorded=False) if cls is not None else {})
+
+
+def config_flag(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    *,
+    stage: str | None,
+    cls: type | None = None,
+    note: str = "",
+) -> None:
+    """Add --config FILE and, when it is given, read it into the parser's defaults, so
+    that flags override it: a recipe (.toml, common.recipe: the script's [stage] table) or,
+    for a script built on `cls`, a JSON or YAML file of its fields. A file the parser
+    cannot read ends like a bad flag: usage, the message naming the file, exit 2."""
+    forms = [f"a recipe (.toml, e.g. configs/demo.toml: its [{stage}] table)"] if stage else []
+    if cls is not None:
+        forms.append(f"a JSON or YAML file of this script's config fields{note}")
     parser.add_argument(
         "--config",
         type=Path,
         metavar="FILE",
-        help=f"a JSON or YAML file of this script's config fields{config_note}; flags "
-        "override it (default: none)",
+        help=f"{' or '.join(forms)}; flags override it (default: none)",
     )
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--config", type=Path)
     given, _ = early.parse_known_args(argv)
-    if given.config is not None:
-        try:
+    if given.config is None:
+        return
+    try:
+        if recipe.is_recipe(given.config) and stage is not None:
+            values = _recipe_values(given.config, stage, parser, cls)
+        elif cls is not None:
             values = read_config_file(given.config, cls)
-        except OSError as error:
-            parser.error(f"--config: {error}")
-        except ValueError as error:
-            parser.error(str(error))
-        for action in parser._actions:  # a required flag the file sets is given
-            if action.dest in values:
-                action.required = False
-        parser.set_defaults(**values)
+        else:
+            raise ValueError(f"{given.config}: this script reads a recipe (.toml)")
+    except OSError as error:
+        parser.error(f"--config: {error}")
+    except ValueError as error:
+        parser.error(str(error))
+    for action in parser._actions:  # a required flag the file sets is given
+        if action.dest in values:
+            action.required = False
+    parser.set_defaults(**values)
+
+
+def parse_config(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    argv: list[str] | None,
+    config_note: str = "",
+    *,
+    stage: str | None = None,
+):
+    """(config, args): `--config FILE` read (config_flag: a recipe's [stage] table, or a
+    file of `cls`'s fields; without a stage, only the latter), the flags parsed over it,
+    and `cls` built from them; a config the dataclass refuses (ValueError) ends like a bad
+    flag: usage, the message, exit 2. config_note: added to --config's help."""
+    config_flag(parser, argv, stage=stage, cls=cls, note=config_note)
     args = parser.parse_args(argv)
     try:
         return config_from_args(cls, args), args
     except ValueError as error:
         parser.error(str(error))
+
+
+def recipe_config(
+    path: str | Path, stage: str, cls: type, leave_out: typing.Iterable[str] = ()
+) -> tuple[object, list[str]]:
+    """(`cls` as the recipe's [stage] table sets it, the dotted paths of the fields it
+    sets); its other keys (the script's own flags, such as output_dir) and the fields in
+    `leave_out` are left aside. A benchmark launches a script with a recipe's settings
+    (to_argv) in folders of its own."""
+    table = recipe.read_table(path, stage)
+    names = {f.name for f in fields(cls)} - set(leave_out)
+    where = f"{path} [{stage}]"
+    values = _file_fields(cls, {k: v for k, v in table.items() if k in names}, where, "", False)
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, cls)
+    parser.set_defaults(**values)
+    return config_from_args(cls, parser.parse_args([])), list(values)
 
 
 def fold_spec(text: str) -> str | tuple[int, ...]:

@@ -90,4 +90,4 @@ def option(default: object = MISSING, help: str = "", **metadata: object):
 
 def progress_option():
     """The `progress` field every stage's config has: --no-progress hides the bars."""
-    return option(True, "hide the progress bars", flag="progress")
+    return option(True, "show progress bars", flag="progress")

@@ -1,11 +1,14 @@
 """The one configuration surface (common/cli.py): every config field has a flag whose help
-shows its default, flags and configs convert both ways, the shorthands set what they
-say, and a config dict with an unknown key is refused."""
+shows its default, a boolean's help says what True means (the command line writes the
+--no- wording), flags and configs convert both ways, the shorthands set what they say,
+and a config dict with an unknown key is refused."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import typing
 
 import pytest
 
@@ -13,11 +16,24 @@ from common import cli
 from common.data.folds import FoldConfig
 from common.data.preprocess import PreprocessConfig
 from common.errors import UserError
+from common.inputs.demo import DemoConfig
 from common.model.saint import MODEL_PRESETS, ModelConfig
 from common.report.evaluate import EvaluateConfig
 from common.stream.fold_stream import InferConfig
 from common.train.config import TrainConfig, add_train_flags
-from tests.helpers import run_numbered_script
+from tests.helpers import REPO, run_numbered_script
+
+# the numbered scripts' configs (nested ones are walked from them)
+SCRIPT_CONFIGS = (
+    DemoConfig,
+    PreprocessConfig,
+    FoldConfig,
+    TrainConfig,
+    InferConfig,
+    EvaluateConfig,
+)
+# a boolean's help says what True means: the command line writes --no-NAME itself
+NEGATIONS = ("skip", "do not", "don't", "disable", "no ", "not ", "hide", "without", "never")
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -39,11 +55,54 @@ def test_every_field_has_a_flag_whose_help_shows_the_default(cls):
     actions = {a.dest: a for a in parser._actions}
     for path, _, _, _ in cli._flag_fields(cls):
         action = actions[path]
-        if action.nargs == 0:  # a switch: its name says what it does
-            continue
         assert "(default: " in action.help, (path, action.help)
     # the data decide these: no flag
     assert "model.n_questions" not in actions and "model.n_tags" not in actions
+
+
+def config_classes(cls: type) -> set[type]:
+    """`cls` and every config dataclass nested in it."""
+    nested = [t for t in typing.get_type_hints(cls).values() if dataclasses.is_dataclass(t)]
+    return {cls}.union(*(config_classes(t) for t in nested))
+
+
+def test_every_config_with_a_boolean_option_is_a_scripts():
+    """Every class of common/ with a `name: bool = option(...)` field is one of the
+    scripts' configs or nested in one, so the test below reads its help."""
+    walked = {c.__name__ for c in set().union(*map(config_classes, SCRIPT_CONFIGS))}
+    declaring = set()
+    for path in (REPO / "common").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(item, ast.AnnAssign)
+                and ast.unparse(item.annotation) == "bool"
+                and isinstance(item.value, ast.Call)
+                and ast.unparse(item.value.func) in ("option", "progress_option")
+                for item in node.body
+            ):
+                declaring.add(node.name)
+    assert {"KaggleConfig", "TrainConfig", "InferConfig"} <= declaring
+    assert declaring <= walked, declaring - walked
+
+
+@pytest.mark.parametrize("cls", SCRIPT_CONFIGS)
+def test_a_boolean_options_help_says_what_true_means(cls):
+    parser = argparse.ArgumentParser()
+    cli.add_config_flags(parser, cls)
+    actions = {a.dest: a for a in parser._actions}
+    for path, name, f, annotation in cli._flag_fields(cls):
+        if annotation is not bool:
+            continue
+        text = f.metadata.get("help", "")
+        assert text and not text.lower().startswith(NEGATIONS), f"{path}: {text!r}"
+        action = actions[path]
+        assert action.option_strings == [f"--{name}", f"--no-{name}"], path
+        state = "on" if cli._default(f) else "off"
+        assert action.help == f"{text} (default: {state})".replace("%", "%%"), path
+    help_text = " ".join(parser.format_help().split())
+    if cls is InferConfig:
+        assert "--export, --no-export export the Kaggle dataset" in help_text
+        assert "--progress, --no-progress show progress bars (default: on)" in help_text
 
 
 def test_defaults_parse_to_the_default_config():

@@ -1,6 +1,7 @@
 """The package's import graph: one folder per stage, imports only running down (a stage
 imports itself, the stages below it and the ground floor; the ground floor imports only
-itself), no cycle, no import inside a function, and streaming does not load training."""
+itself), no cycle (an import under `if TYPE_CHECKING:` counts: a circle of annotations is
+still a circle), no import inside a function, and streaming does not load training."""
 
 from __future__ import annotations
 
@@ -56,29 +57,33 @@ def module_path(name: str) -> Path | None:
     return None
 
 
-def imports_of(path: Path) -> tuple[set[str], list[str]]:
+def imports_of(path: Path) -> tuple[set[str], list[str], set[str]]:
     """(modules of `common` that `path` imports at run time, at module level; 'line:
-    module' of those it imports inside a function or class). Imports under `if
-    TYPE_CHECKING:` serve annotations only and count as neither."""
+    module' of those it imports inside a function or class; those it imports under `if
+    TYPE_CHECKING:`, for annotations only, which count as neither of the others)."""
     tree = ast.parse(path.read_text())
-    checking = {
-        id(inner) for node in tree.body if is_type_checking_block(node) for inner in ast.walk(node)
-    }
-    top, nested = set(), []
+    checking_blocks = [node for node in tree.body if is_type_checking_block(node)]
+    checking = {id(inner) for node in checking_blocks for inner in ast.walk(node)}
+    top, nested, annotations = set(), [], set()
     for node in tree.body:
         top.update(imported_modules(node))
     for node in ast.walk(tree):
-        if node in tree.body or id(node) in checking:
-            continue
-        nested += [f"{path.name}:{node.lineno}: {name}" for name in imported_modules(node)]
-    return top, nested
+        if id(node) in checking:
+            annotations.update(imported_modules(node))
+        elif node not in tree.body:
+            nested += [f"{path.name}:{node.lineno}: {name}" for name in imported_modules(node)]
+    return top, nested, annotations
 
 
-def import_graph(package: Path = PACKAGE) -> tuple[dict[str, set[str]], list[str]]:
+def import_graph(
+    package: Path = PACKAGE, annotations: bool = False
+) -> tuple[dict[str, set[str]], list[str]]:
+    """({module: the modules it imports at run time}, imports inside a function);
+    annotations: the imports under `if TYPE_CHECKING:` are edges too (the cycle check)."""
     graph, nested = {}, []
     for path in sorted(package.rglob("*.py")):
-        top, inner = imports_of(path)
-        graph[module_name(path, package)] = top
+        top, inner, checking = imports_of(path)
+        graph[module_name(path, package)] = top | checking if annotations else top
         nested += inner
     return graph, nested
 
@@ -173,8 +178,31 @@ def test_an_upward_import_in_the_package_fails_the_check(tmp_path: Path):
 
 
 def test_the_package_has_no_import_cycle():
-    graph, _ = import_graph()
+    graph, _ = import_graph(annotations=True)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_an_annotation_only_circle_in_the_package_fails_the_check(tmp_path: Path):
+    """A copy of the package in which the report's renderer imports the evaluation (which
+    imports the renderer) under `if TYPE_CHECKING:`, as it once did."""
+    package = tmp_path / "common"
+    for path in PACKAGE.rglob("*.py"):
+        target = package / path.relative_to(PACKAGE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    render = package / "report" / "render.py"
+    render.write_text(
+        render.read_text() + "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+        "    from common.report.evaluate import evaluate\n"
+    )
+    runtime, _ = import_graph(package)
+    assert find_cycle(runtime) is None  # invisible at run time
+    graph, _ = import_graph(package, annotations=True)
+    assert find_cycle(graph) == [
+        "common.report.evaluate",
+        "common.report.render",
+        "common.report.evaluate",
+    ]
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -189,33 +217,35 @@ def test_no_import_inside_a_function():
 
 
 @pytest.mark.parametrize(
-    ("source", "runtime", "nested"),
+    ("source", "runtime", "nested", "annotations"),
     [
-        ("from common.train.config import TrainConfig\n", {"common.train.config"}, []),
+        ("from common.train.config import TrainConfig\n", {"common.train.config"}, [], set()),
         (
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
             "    from common.train.config import TrainConfig\n",
             set(),
             [],
+            {"common.train.config"},
         ),
         (
             "def f():\n    from common.train import config\n",
             set(),
             ["m.py:2: common.train", "m.py:2: common.train.config"],
+            set(),
         ),
     ],
 )
-def test_annotation_only_imports_are_not_run_time_imports(tmp_path, source, runtime, nested):
+def test_annotation_only_imports_are_not_run_time_imports(
+    tmp_path, source, runtime, nested, annotations
+):
     path = tmp_path / "m.py"
     path.write_text(source)
-    top, inner = imports_of(path)
-    assert top == runtime
-    assert inner == nested
+    assert imports_of(path) == (runtime, nested, annotations)
 
 
 def test_streaming_does_not_load_the_training_stage():
     graph, _ = import_graph()
     for module in (m for m in graph if stage_of(m) == "stream"):
         assert not {m for m in reachable(graph, module) if stage_of(m) == "train"}, module
-    top, _ = imports_of(REPO / "04_infer.py")
+    top, _, _ = imports_of(REPO / "04_infer.py")
     assert not {m for m in set().union(*(reachable(graph, m) for m in top)) if "train" in m}

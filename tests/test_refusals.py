@@ -127,7 +127,7 @@ def test_help_texts_say_what_the_flags_do():
     options = evaluate[evaluate.index("options:") :]
     folds = options[options.index("--folds FOLDS") : options.index("--bootstrap BOOTSTRAP")]
     assert folds.count("default") == 1 and "default: every fold{k}/ of the run" in folds
-    assert "--no-feature-baseline fit no boosted trees here" in evaluate
+    assert "--feature-baseline, --no-feature-baseline fit the boosted trees over" in evaluate
     demo_help = help_of("00_make_demo_input.py")
     assert (
         "where train.csv, questions.csv, lectures.csv and demo_truth.csv are written" in demo_help

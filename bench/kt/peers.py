@@ -39,23 +39,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import benchlib
-from bench.benchlib import relative, run
+from bench.benchlib import RECIPES, relative, run
 from bench.kt import peer_scores
 from bench.kt import run as kt_run
 from bench.kt.peer_configs import DEFAULT_PEERS, PEERS, peer_config
 from bench.kt.peer_data import fold_splits, peer_fold_dir, write_fold_file
-from bench.kt.plans import PLANS, Context, DatasetPlan
+from bench.kt.plans import PLANS, Context, DatasetPlan, recipe_knobs
+from common import recipe
 from common.data.dataset import Dataset
 from common.data.fold_data import load_fold_data
 from common.files import write_json
 
-# our recipe for the public data sets (README): SAINT with Rasch skill embeddings, AKT's
-# read-out and the trees' past-event features in a head; best.pt chosen on the inner split
-OURS = (
-    "--models saint-rasch-readout-past-head --d-model 64 --heads 4 --layers 2 --epochs 6 "
-    "--lr 2e-3 --warmup 100 --batch-size 64 --checkpoint best"
-)
+# our recipe for the public data sets (README; configs/assist2009_pid.toml, whose model is
+# MODEL_FLAGS[OUR_MODEL], tests/test_recipes.py): SAINT with Rasch skill embeddings, AKT's
+# read-out and the trees' past-event features in a head, the recipe's training settings
+# and rows (leak-free: bundle); best.pt chosen on the inner split
 OUR_MODEL = "saint-rasch-readout-past-head"
+OUR_RECIPE = RECIPES / "assist2009_pid.toml"
+OURS = shlex.join(["--models", OUR_MODEL, *recipe_knobs(OUR_RECIPE), "--checkpoint", "best"])
+OUR_ROWS = recipe.read_table(OUR_RECIPE, "convert")["multi_skill_rows"]
 PYKT_PYTHON = benchlib.REPO / ".venv-pykt" / "bin" / "python"
 # (data set, split) of the grid: leak-free rows first
 GRID = (("assist2009_pid", "akt5"), ("assist2015", "unseen5"), ("assist2015", "pykt"))
@@ -79,11 +81,11 @@ class PeerArgs:
 
 
 def our_context(args: argparse.Namespace) -> Context:
-    """bench.kt.run's context for our recipe, leak-free rows (bundle)."""
+    """bench.kt.run's context for our recipe, on the recipe's (leak-free) rows."""
     argv = [
         *shlex.split(args.ours),
         "--multi-skill-rows",
-        "bundle",
+        OUR_ROWS,
         "--work-dir",
         str(args.work_dir),
     ]

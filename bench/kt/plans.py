@@ -1,5 +1,6 @@
 """What the KT benchmark (bench/kt/run.py) and its report (bench/kt/report.py) share: the
-models' 03_train.py flags and table names, the data sets' plans (conversion and split),
+models' 03_train.py flags and table names, the data sets' plans (conversion and split; the
+splits of the public data sets' recipes, configs/assist2009_pid.toml and assist2015.toml),
 the training settings of every fold and the context every step is given. It imports
 neither of them, so the report reads these types without importing the script.
 """
@@ -12,7 +13,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common.cli import to_argv
+from bench.benchlib import RECIPES, recipe_flags
+from common.cli import recipe_config, to_argv
+from common.data.folds import FoldConfig
 from common.train.config import TrainConfig
 
 # 03_train.py flags of each model name: the papers' SAINT and SAINT+, and extensions:
@@ -84,6 +87,19 @@ BENCH_DEFAULTS = {
 }  # fmt: skip
 
 
+def recipe_split(name: str) -> tuple[tuple[str, ...], int]:
+    """02_make_folds.py's flags and fold count in the recipe configs/<name>.toml."""
+    path = RECIPES / f"{name}.toml"
+    config, _ = recipe_config(path, "folds", FoldConfig)
+    return recipe_flags(path, "folds", FoldConfig), config.n_folds
+
+
+def recipe_knobs(path: Path) -> list[str]:
+    """This benchmark's training flags (BENCH_KNOBS) as the recipe at `path` sets them."""
+    config, paths = recipe_config(path, "train", TrainConfig, leave_out=("fold",))
+    return to_argv(config, only=[p for p in paths if p in BENCH_KNOBS])
+
+
 @dataclass(frozen=True)
 class DatasetPlan:
     """How one dataset is converted and split."""
@@ -97,16 +113,15 @@ class DatasetPlan:
 
 PLANS: dict[str, dict[str, DatasetPlan]] = {
     "assist2009_pid": {
-        "akt5": DatasetPlan(
-            "assist2009_pid", "akt5", ("--strategy", "dataset", "--n-folds", "5"), 5,
+        "akt5": DatasetPlan(  # the recipe's split
+            "assist2009_pid", "akt5", *recipe_split("assist2009_pid"),
             "AKT's 5 disjoint user folds (user_folds.csv from 00): the same test students "
             "as AKT's assist2009_pid_test{1..5}.csv",
         ),
     },
     "assist2015": {
-        "unseen5": DatasetPlan(
-            "assist2015", "unseen5", ("--strategy", "unseen", "--n-folds", "5", "--seed", "0"),
-            5,
+        "unseen5": DatasetPlan(  # the recipe's split
+            "assist2015", "unseen5", *recipe_split("assist2015"),
             "5 random folds of wholly new students (seed 0) over DKVMN's train+test "
             "students; DKVMN itself ships a single train/test split",
         ),

@@ -24,7 +24,7 @@ Outputs (in the run's folder, and a row of <output-dir>/runs.csv):
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +37,11 @@ from common.files import atomic_dir, atomic_file, write_json, write_run_record, 
 from common.layout import REPORT_FILE, REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir, run_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
 from common.model.blending import BLEND, BlendChoice, choose_fold_blend
-from common.model.boosting import FEATURE_BASELINE, FeatureBaselineConfig
+from common.model.boosting import FEATURE_BASELINE
 from common.model.trees import logit_blend
-from common.options import at_least, option, progress_option
 from common.report import plots
-from common.report.baselines import BASELINE_NAMES, BaselineConfig
+from common.report.baselines import BASELINE_NAMES
+from common.report.evaluation import EvaluateConfig, Evaluation
 from common.report.render import POOLED, metrics_markdown, report_markdown, slices_markdown
 from common.report.scored_rows import (
     MODEL,
@@ -68,29 +68,6 @@ HISTORY_BUCKETS = (
     (">1000", 1001, np.inf),
 )
 CONTAINER_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5+", 5, np.inf))
-
-
-@dataclass
-class EvaluateConfig:
-    folds: list[int] | None = option(
-        None,
-        "folds to score",
-        shown_default="every fold{k}/ of the run holding stream predictions",
-        range=at_least(0),
-    )
-    bootstrap: int = option(1000, "AUC resamples for the interval; 0 skips it", range=at_least(0))
-    seed: int = option(0, "seed of the bootstrap", range=at_least(0))
-    calibration_bins: int = option(10, "bins of the calibration table and plot", range=at_least(1))
-    # a bar over bootstrap resamples (minutes on millions of rows)
-    progress: bool = progress_option()
-    feature_baseline: bool = option(
-        True,
-        "fit no boosted trees here: the boosted features and the blend are scored only "
-        "where 04 streamed them (by default 05 fits the trees over past-event features on "
-        "the training rows of a fold 04 streamed without them, and blends them)",
-    )
-    baselines: BaselineConfig = field(default_factory=BaselineConfig)
-    features: FeatureBaselineConfig = field(default_factory=FeatureBaselineConfig)
 
 
 BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)
@@ -150,35 +127,6 @@ def slice_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------------------
 # the report
-
-
-@dataclass
-class Evaluation:
-    """What 05 found (report/summary.json holds it as JSON): the pooled model AUC and
-    its bootstrap interval, every baseline's, the blend's and the oracle's AUC, the
-    model's lift over each baseline, the folds' AUCs, and the blend weights."""
-
-    rows: int
-    auc: float
-    auc_ci_low: float
-    auc_ci_high: float
-    baselines: dict[str, float]  # name: pooled AUC
-    blend_auc: float | None
-    oracle_auc: float | None  # None without the demo's true probabilities
-    lift: dict[str, float]  # the model's AUC minus each baseline's
-    fold_aucs: list[float]
-    auc_fold_mean: float
-    auc_fold_std: float | None  # over folds (n - 1); None with one fold
-    # what the run submits, as 04 streamed it: the blend where every fold streamed one
-    submitted: str = MODEL
-    blend: dict[int, dict] = field(default_factory=dict)  # fold: BlendChoice as a dict
-    no_blend: list[str] = field(default_factory=list)  # why a fold has no blend
-    # the trees' permutation importance on the inner splits: name: (mean AUC lost, spread)
-    tree_importance: dict[str, tuple[float, float]] = field(default_factory=dict)
-    folds: list[int] = field(default_factory=list)
-    selection: str = ""  # which checkpoint scored each fold, and what chose it
-    report: str = ""  # report.md's path
-    run: str = ""
 
 
 def headline(table: pd.DataFrame) -> Evaluation:

@@ -1,5 +1,5 @@
 """report.md and the report's Markdown tables, rendered from an evaluation
-(common.report.evaluate.Evaluation). The report opens with the answer a reader came for,
+(common.report.evaluation.Evaluation). The report opens with the answer a reader came for,
 the headline (the model, the blend, the baselines and the oracle, with the model's lift
 over each), then the run's configuration and provenance, the tables, the figures and
 how everything was measured.
@@ -8,19 +8,16 @@ how everything was measured.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from common.model.blending import BLEND
+from common.report.evaluation import EvaluateConfig, Evaluation
 from common.report.scored_rows import MODEL, ORACLE
 from common.runs.folders import commit
 from common.runs.provenance import provenance_markdown
 from common.tables import markdown_table
-
-if TYPE_CHECKING:  # annotations only: the evaluation imports this module to write its report
-    from common.report.evaluate import EvaluateConfig, Evaluation
 
 POOLED = "pooled"  # the metric table's "fold" of every fold's rows together
 TOP_FEATURES = 3  # the features the headline names

@@ -68,9 +68,9 @@ class InferConfig:
 
     feature_baseline: bool = option(
         True,
-        "stream and submit the model alone: fit no boosted trees over past-event features "
-        "and blend nothing (by default 04 fits them on the fold's training rows, chooses the "
-        "blend's weight on 03's inner split, and streams the blend)",
+        "fit boosted trees over past-event features on the fold's training rows, choose "
+        "the blend's weight on 03's inner split, and stream and submit the blend (off: the "
+        "model alone)",
     )
     trees: FeatureBaselineConfig = field(default_factory=FeatureBaselineConfig)
     kaggle: KaggleConfig = field(default_factory=KaggleConfig)

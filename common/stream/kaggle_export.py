@@ -74,7 +74,7 @@ class KaggleConfig:
     the kernel's settings."""
 
     export: bool = option(
-        True, "skip the Kaggle export (by default 04 exports after streaming one fold)"
+        True, "export the Kaggle dataset and notebook after streaming one fold (or --full)"
     )
     kaggle_dir: Path | None = option(
         None,
@@ -92,7 +92,7 @@ class KaggleConfig:
     kaggle_kernel_id: str | None = option(
         None, "the notebook's id", metavar="ID", shown_default="<dataset id>-submission"
     )
-    kaggle_gpu: bool = option(True, "the notebook asks for no GPU")
+    kaggle_gpu: bool = option(True, "the notebook asks for a GPU")
     kaggle_docker_image: str | None = option(
         None,
         "pin the notebook's environment (kernel-metadata.json's docker_image)",
