@@ -11,6 +11,7 @@ import torch
 from common.data.features import FlatSource, build_sequences, step_inputs, window_inputs
 from common.data.past_features import MODEL_FEATURES
 from common.model.attention import Rotary, attention_mask
+from common.model.attention_inputs import banded_blocks
 from common.model.predict import plan_student, to_tensors
 from common.model.saint import SAINT, ModelConfig
 from tests.helpers import preprocess_real_rows
@@ -236,13 +237,14 @@ def test_attention_by_blocks_equals_dense_attention(real_sequences, attention):
     args = (np.array([student, student]), np.array([100, 250]), np.array([150, 97]), 13523)
     inputs = window_inputs(seq, *args)
     assert (inputs["position"] - inputs["query_limit"]).max() >= 2  # bundles in view
-    model.attention_block = 10**6  # one block: dense
-    assert model._blocks(to_tensors(inputs, torch.device("cpu"))) is None
+    batch = to_tensors(inputs, torch.device("cpu"))
+    assert banded_blocks(model.config, batch, block_size=10**6) is None  # one block: dense
     valid = inputs["valid"]  # padded positions' outputs are never read
+    model.attention_block = 10**6
     dense, dense_gradient = logits_and_gradient(model, inputs)
     for size in (5, 12, 29):
         model.attention_block = size
-        blocks = model._blocks(to_tensors(inputs, torch.device("cpu")))
+        blocks = banded_blocks(model.config, batch, block_size=size)
         assert blocks is not None and blocks.n_blocks > 3
         logits, gradient = logits_and_gradient(model, inputs)
         np.testing.assert_allclose(logits[valid], dense[valid], atol=1e-5)

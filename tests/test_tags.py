@@ -13,6 +13,7 @@ import torch
 from common.data.fold_data import load_fold_data
 from common.data.schema import InputError
 from common.model.checkpoint import load_model, save_checkpoint
+from common.model.inputs import AnsweredQuestion
 from common.model.saint import SAINT, ModelConfig
 from common.model.tags import install_tags, parse_tags, question_tag_matrix, tag_shape
 from tests.helpers import RUN, fold0, make_tiny_demo
@@ -60,7 +61,7 @@ def test_encoder_input_adds_the_mean_tag_embedding() -> None:
     batch = {"question": torch.tensor([[0, 1, 2, 4]]), "part": torch.tensor([[1, 1, 1, 0]])}
     with torch.no_grad():
         base = model.question_embed(batch["question"]) + model.part_embed(batch["part"])
-        got = model._encoder_input(batch) - base
+        got = model.encoder_input(batch) - base
         tag = model.tag_embed.weight
     torch.testing.assert_close(got[0, 0], (tag[5] + tag[2]) / 2)
     torch.testing.assert_close(got[0, 1], tag[7])
@@ -81,7 +82,7 @@ def test_rasch_embedding_is_tag_mean_plus_difficulty_times_variation() -> None:
     with torch.no_grad():
         model.question_embed.weight.copy_(torch.tensor([[0.5], [-2.0], [1.0], [3.0], [0.0]]))
         batch = {"question": torch.tensor([[0, 1, 2]]), "part": torch.tensor([[1, 1, 1]])}
-        got = model._encoder_input(batch) - model.part_embed(batch["part"])
+        got = model.encoder_input(batch) - model.part_embed(batch["part"])
         tag, variation = model.tag_embed.weight, model.tag_variation.weight
         torch.testing.assert_close(
             got[0, 0], (tag[5] + tag[2]) / 2 + 0.5 * (variation[5] + variation[2]) / 2
@@ -91,7 +92,7 @@ def test_rasch_embedding_is_tag_mean_plus_difficulty_times_variation() -> None:
         # decoder: (tag, response) rows are tag + 8 * response; the start token adds nothing
         keys = torch.tensor([[1, 1, 4]])
         response = torch.tensor([[1, 0, 2]])
-        got = model._interaction(keys, response)
+        got = AnsweredQuestion()(model, {"key_question": keys, "key_response": response})
         pair, pair_variation = (
             model.tag_interaction_embed.weight,
             model.tag_interaction_variation.weight,

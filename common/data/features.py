@@ -45,6 +45,30 @@ ANSWER_PAD = ANSWER_UNKNOWN  # user_answer unknown or before the first question
 N_ANSWER = ANSWER_PAD + 1
 
 
+@dataclass(frozen=True)
+class KeyField:
+    """A per-question field the decoder's key stream carries (step_inputs' key_<name>):
+    key s holds question s - 1's value (an outcome, revealed after it), or, `own`,
+    question s's (known when s arrives); values 0..size-1; `start` where a run of
+    computation begins (the start token's; an own field keeps its value there)."""
+
+    name: str
+    size: int
+    start: int = 0
+    own: bool = False
+
+
+# The key stream's fields. The model embeds each in a table of `size` rows
+# (common/model/inputs.py): the response always, the others as decoder features
+KEY_FIELDS = (
+    KeyField("response", N_RESPONSE, start=RESPONSE_START),
+    KeyField("elapsed", N_ELAPSED),
+    KeyField("lag", N_LAG, own=True),
+    KeyField("explanation", N_EXPLANATION),
+    KeyField("answer", N_ANSWER, start=ANSWER_PAD),
+)
+
+
 def elapsed_bucket(milliseconds: np.ndarray) -> np.ndarray:
     """prior_question_elapsed_time (ms, NaN when unknown) -> bucket 0..N_ELAPSED-1."""
     ms = np.asarray(milliseconds, dtype=np.float64)
@@ -225,7 +249,7 @@ def step_inputs(
         "key_position": key_pos.astype(np.int64),
         "key_valid": key_valid,
         **_outcome_fields(previous, at_start, n_questions),
-        "key_lag": key["lag"].astype(np.int64),
+        **{f"key_{f.name}": key[f.name].astype(np.int64) for f in KEY_FIELDS if f.own},
         "label": query["response"].astype(np.float32),
         **({"past": query["past"].astype(np.float32)} if "past" in query else {}),
     }
@@ -236,16 +260,16 @@ def _outcome_fields(previous: dict, at_start: np.ndarray, n_questions: int) -> d
     with it); the start token's where a run of computation begins."""
     question = previous["question"]
     known = (question >= 0) & (question < n_questions)
-    return {
-        "key_response": np.where(at_start, RESPONSE_START, previous["response"]).astype(np.int64),
-        "key_elapsed": np.where(at_start, 0, previous["elapsed"]).astype(np.int64),
-        "key_explanation": np.where(at_start, 0, previous["explanation"]).astype(np.int64),
-        "key_answer": np.where(at_start, ANSWER_PAD, previous["answer"]).astype(np.int64),
-        # the answered question (known with its outcome); n_questions + 1 at the start token
-        "key_question": np.where(
-            at_start, n_questions + 1, np.where(known, question, n_questions)
-        ).astype(np.int64),
+    fields = {
+        f"key_{f.name}": np.where(at_start, f.start, previous[f.name]).astype(np.int64)
+        for f in KEY_FIELDS
+        if not f.own
     }
+    # the answered question (known with its outcome); n_questions + 1 at the start token
+    fields["key_question"] = np.where(
+        at_start, n_questions + 1, np.where(known, question, n_questions)
+    ).astype(np.int64)
+    return fields
 
 
 def window_inputs(

@@ -243,6 +243,11 @@ class _Rotate(torch.autograd.Function):
         return _Rotate._turn(grad, cos, -sin), None, None
 
 
+def rope_tail(rope: tuple[Tensor, Tensor], skip: int) -> tuple[Tensor, Tensor]:
+    """A rotary table (B, T, ...) without its first `skip` positions."""
+    return rope[0][:, skip:], rope[1][:, skip:]
+
+
 def written_out_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     """softmax(q k^T / sqrt(hd), masked) v for (B, H, T, hd) queries and (B, H, S, hd) keys
     and values, `mask` True where a query may attend: F.scaled_dot_product_attention's
@@ -282,8 +287,7 @@ class Attention(nn.Module):
     2405.04434) a single (B, S, kv_latent_dim) latent from which every head's keys and
     values are up-projected when used.
 
-    `config` is the model's ModelConfig (common.model.saint, which imports this module, so the
-    type is not named here).
+    `config` is the model's ModelConfig (common.model.config).
     """
 
     def __init__(self, config):

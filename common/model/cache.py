@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from common.model.config import ModelConfig
+
 
 @dataclass
 class ModelCache:
@@ -31,10 +33,11 @@ class ModelCache:
     rows: Tensor | None = None
 
     @classmethod
-    def empty(cls, config, rows: int, size: int, device: torch.device | str = "cpu") -> ModelCache:
-        """An empty cache for `rows` students, `size` slots each; `config` is the model's
-        ModelConfig (common.model.saint, which imports this module, so the type is not named
-        here)."""
+    def empty(
+        cls, config: ModelConfig, rows: int, size: int, device: torch.device | str = "cpu"
+    ) -> ModelCache:
+        """An empty cache for `rows` students of a model of `config`, `size` slots each
+        (common.model.priming.empty_cache sizes it for a model)."""
         widths = (config.kv_latent_dim,) if config.attention == "mla" else (config.d_model,) * 2
 
         def blank(layers: int) -> list[tuple[Tensor, ...]]:
