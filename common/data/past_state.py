@@ -17,16 +17,15 @@ in the Kaggle bundle: Python 3.7, numpy 1.19, pandas 1.1.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from common.data.api_group import ApiGroup, read_group
 from common.data.features import QuestionSequences, elapsed_bucket, explanation_code
 from common.data.past_features import EXPLAINED, FEATURE_NAMES, RECENT, question_count
 from common.data.question_rates import QuestionRates
-from common.data.schema import QUESTION
 from common.files import atomic_file
 
 COLUMN = {name: i for i, name in enumerate(FEATURE_NAMES)}
@@ -42,7 +41,7 @@ SLOT_ARRAYS = (  # per student slot: name, dtype, fill
     ("elapsed_count", np.int64, 0),
     ("previous_elapsed", np.float64, np.nan),  # the latest filed container's seconds
 )
-# per slot besides the arrays: the slot index entry (measured ~116 B, as common.stream.online)
+# per slot besides the arrays: the slot index entry (~116 B, as common.stream.student_store)
 SLOT_INDEX_BYTES = 128
 
 
@@ -162,7 +161,7 @@ class PastFeatureState:
         # the stream's own entries per slot: question, outcome (-1 until revealed), time
         self.extra: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.base = (np.zeros(0, np.int32), np.zeros(0, np.int8), np.zeros(0, np.int64))
-        self.previous_users: np.ndarray | None = None  # the last group's rows: user or -1
+        self.previous: ApiGroup | None = None  # the last group, read
         if snapshot is not None:
             self._load_snapshot(snapshot)
 
@@ -353,43 +352,33 @@ class PastFeatureState:
 
     # -- one API group -----------------------------------------------------------------
     def group_features(self, test_df: pd.DataFrame) -> np.ndarray:
-        """Features of test_df's question rows, in their order. The previous group's
-        outcomes come first (from the first row that carries the lists, whatever its
-        type); a student's question rows in the group are one container, with its first
-        row's timestamp and prior_question_* fields."""
-        self._reveal_previous_group(test_df)
-        is_question = test_df["content_type_id"].to_numpy() == QUESTION
-        users = test_df["user_id"].to_numpy().astype(np.int64)
-        self.previous_users = np.where(is_question, users, -1)
-        rows = np.flatnonzero(is_question)
-        out = np.zeros((len(rows), len(FEATURE_NAMES)))
-        if not len(rows):
-            return out
-        timestamp = test_df["timestamp"].to_numpy()
-        content = test_df["content_id"].to_numpy().astype(np.int64)
-        elapsed = test_df["prior_question_elapsed_time"].to_numpy().astype(np.float64)
-        flags = test_df["prior_question_had_explanation"].to_numpy()
-        for user in pd.unique(users[rows]):
-            mine = np.flatnonzero(users[rows] == user)
-            first = rows[mine[0]]
-            flag = -1 if pd.isna(flags[first]) else int(bool(flags[first]))
-            out[mine] = self.features(
-                int(user), content[rows[mine]], int(timestamp[first]), elapsed[first], flag
+        """Features of test_df's question rows, in their order, as common.data.api_group
+        reads the group: the previous group's outcomes first, then each student's one
+        container (two of a student are refused), with its first row's timestamp and
+        prior_question_* fields."""
+        group = read_group(test_df)
+        if self.previous is not None and group.prior_correct is not None:
+            self._reveal_group(self.previous, group.prior_correct)
+        self.previous = group
+        out = np.zeros((len(group.content), len(FEATURE_NAMES)))
+        for c, rows in enumerate(group.container_rows()):
+            out[rows] = self.features(
+                int(group.students[c]),
+                group.content[rows],
+                int(group.timestamp[c]),
+                group.prior_elapsed_ms[c],
+                int(group.prior_explanation[c]),
             )
         return out
 
-    def _reveal_previous_group(self, test_df: pd.DataFrame) -> None:
-        if self.previous_users is None or "prior_group_answers_correct" not in test_df:
-            return
-        lists = test_df["prior_group_answers_correct"].to_numpy()
-        given = [i for i, value in enumerate(lists) if isinstance(value, str)]
-        if not given:
-            return
-        correct = np.asarray(json.loads(lists[given[0]]), dtype=np.int64)
-        if len(correct) != len(self.previous_users):
+    def _reveal_group(self, previous: ApiGroup, correct: np.ndarray) -> None:
+        """Each container of the `previous` group gets its outcomes from `correct` (the
+        lists' entry of every row of it, lectures included)."""
+        if len(correct) != previous.n_rows:
             raise ValueError(
                 f"prior_group_answers_correct has {len(correct)} entries; the previous "
-                f"group had {len(self.previous_users)} rows"
+                f"group had {previous.n_rows} rows"
             )
-        for user in pd.unique(self.previous_users[self.previous_users >= 0]):
-            self.reveal(int(user), correct[self.previous_users == user])
+        on_questions = correct[previous.is_question]
+        for c, rows in enumerate(previous.container_rows()):
+            self.reveal(int(previous.students[c]), on_questions[rows])

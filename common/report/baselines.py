@@ -10,10 +10,12 @@
                         number of revealed questions (0 for a new student).
 
 "Revealed" follows the API: a task container's outcomes arrive with the next group, and a
-group holds at most one container per student, so when a row is predicted the student's
-earlier containers (training history and earlier stream containers) are known and its own
-container and anything later are not. Containers are those of
-common.data.features.build_sequences, the model's own definition.
+group holds at most one question container per student (the API's rule,
+common.data.api_group), so when a row is predicted the student's earlier containers
+(training history and earlier stream containers) are known and its own container and
+anything later are not. Containers are those of common.data.features.build_sequences, the
+model's own definition. Given the stream's groups (04's group_num), the rule is checked:
+a stream that broke it is refused (ContainerRuleError), as the streaming states refuse it.
 
 Neither baseline reads a label the model could not have read when it predicted the row.
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.data.api_group import check_one_container
 from common.data.features import QuestionSequences
 from common.data.question_rates import question_rates, training_entries
 from common.options import above, at_least, option
@@ -60,6 +63,23 @@ def revealed_history(sequences: QuestionSequences, entries: np.ndarray):
     return n_revealed, n_correct
 
 
+def check_streamed_groups(
+    sequences: QuestionSequences, entries: np.ndarray, group_num: np.ndarray
+) -> None:
+    """Raise ContainerRuleError if a group of the stream (group_num[i] of flat entry
+    entries[i]) held question rows of two containers of one student: then a row of the
+    later one would count outcomes the API had not revealed yet."""
+    entries = np.asarray(entries, dtype=np.int64)
+    student = np.searchsorted(sequences.offsets, entries, side="right") - 1
+    check_one_container(
+        student,
+        sequences.container_first[entries],
+        np.asarray(group_num),
+        where="the streamed rows (students by their index in the data)",
+        container_name="containers opening at the student's question",
+    )
+
+
 def student_question_blend(
     n_revealed: np.ndarray, n_correct: np.ndarray, question_rate: np.ndarray, prior: float
 ) -> np.ndarray:
@@ -74,8 +94,13 @@ def baseline_scores(
     user_cut_row: np.ndarray,
     n_questions: int,
     config: BaselineConfig,
+    group_num: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Both baselines for the flat entries `entries` of one fold, keyed by BASELINE_NAMES."""
+    """Both baselines for the flat entries `entries` of one fold, keyed by BASELINE_NAMES;
+    with the groups the entries were streamed in (group_num), the API's rule checked
+    first (check_streamed_groups)."""
+    if group_num is not None:
+        check_streamed_groups(sequences, entries, group_num)
     rates = question_rates(
         sequences, training_entries(sequences, user_cut_row), n_questions, config.question_prior
     )
