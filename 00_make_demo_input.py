@@ -14,6 +14,7 @@ from pathlib import Path
 from common import cli
 from common.files import write_run_record
 from common.inputs.demo import DemoConfig, check_demo_target, make_demo
+from common.workspace import record_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 def write_demo(config: DemoConfig, output_dir: Path) -> None:
     check_demo_target(output_dir)
     demo = make_demo(config, output_dir)
-    write_run_record(output_dir, "demo", dataclasses.asdict(config))
+    write_run_record(record_file(output_dir, "demo"), dataclasses.asdict(config))
     s = demo.summary()
     print(
         f"{output_dir}: {s['rows']:,} rows, {s['students']:,} students, "

@@ -6,6 +6,7 @@ import sys
 
 from common import cli
 from common.data.preprocess import PreprocessConfig, preprocess
+from common.workspace import Workspace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,8 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     config, _ = cli.parse_config(parser, PreprocessConfig, argv, stage="preprocess")
 
     def run() -> None:
-        print(preprocess(config).report())
-        print(f"wrote {config.output_dir / 'data'}")
+        workspace = Workspace(config.output_dir)
+        print(preprocess(config, workspace).report())
+        print(f"wrote {workspace.data.path}")
 
     return cli.guarded(run, "nothing was written (data/ appears whole or not at all); run it again")
 

@@ -6,7 +6,7 @@ import sys
 
 from common import cli
 from common.data.folds import FoldConfig, make_folds
-from common.layout import folds_dir
+from common.workspace import Workspace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,8 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     config, args = cli.parse_config(parser, FoldConfig, argv, stage="folds")
 
     def run() -> None:
-        report(make_folds(args.output_dir, config, args.input_dir), config)
-        print(f"wrote {folds_dir(args.output_dir)}")
+        workspace = Workspace(args.output_dir)
+        report(make_folds(workspace, config, args.input_dir), config)
+        print(f"wrote {workspace.folds.path}")
 
     return cli.guarded(
         run, "nothing was written (folds/ appears whole or not at all); run it again"

@@ -17,10 +17,10 @@ from pathlib import Path
 from common import cli
 from common.data.fold_data import fold_count
 from common.device import Distributed
-from common.layout import model_dir, run_dir
 from common.runs.folders import run_name
 from common.train.config import TrainConfig, add_train_flags
 from common.train.trainer import train
+from common.workspace import Workspace
 
 
 def parse_args(argv: list[str] | None):
@@ -47,20 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     config, args = parse_args(argv)
 
     def run() -> None:
-        output_dir: Path = args.output_dir
+        workspace = Workspace(args.output_dir)
         name = args.run  # checked by train(); None: named from the config
         folds = [config.fold] if config.full_data else None
         if folds is None:
-            n_folds = fold_count(output_dir)
-            folds = cli.chosen_folds(config.fold, n_folds)
+            folds = cli.chosen_folds(config.fold, fold_count(workspace))
         try:
             for k in folds:
                 fold_config = replace(config, fold=0 if config.full_data else k)
                 name = name or run_name(fold_config)
                 if len(folds) > 1:
                     print(f"== fold {k} ({folds.index(k) + 1} of {len(folds)})", flush=True)
-                history = train(fold_config, output_dir, name, args.overwrite)
-                where = model_dir(run_dir(output_dir, name), k, config.full_data)
+                history = train(fold_config, workspace, name, args.overwrite)
+                where = workspace.run(name).model(k, config.full_data).path
                 report(fold_config, history, where)
         finally:
             Distributed.from_env().close()  # torchrun: one process group for every fold

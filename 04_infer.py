@@ -18,6 +18,7 @@ import sys
 from common import cli
 from common.stream.fold_stream import InferConfig
 from common.stream.infer import infer
+from common.workspace import Workspace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.fold_list_flag(parser)
     config, args = cli.parse_config(parser, InferConfig, argv, stage="infer")
     return cli.guarded(
-        lambda: infer(config, args.output_dir, args.run),
+        lambda: infer(config, Workspace(args.output_dir), args.run),
         "the folds streamed so far are kept; the same command streams the others (with "
         "--fold all, a fold streamed already is kept)",
     )

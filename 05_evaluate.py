@@ -16,6 +16,7 @@ from common import cli
 from common.report.evaluate import EvaluateConfig, Evaluation, evaluate
 from common.runs.folders import choose_run
 from common.runs.table import latest_run, runs_text
+from common.workspace import Workspace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,11 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     config, args = cli.parse_config(parser, EvaluateConfig, argv, stage="evaluate")
 
     def body() -> None:
+        workspace = Workspace(args.output_dir)
         if args.runs:
-            print(runs_text(args.output_dir))
+            print(runs_text(workspace))
             return
-        run = choose_run(args.output_dir, args.run, latest_run(args.output_dir, "stream"))
-        report(evaluate(args.output_dir, args.input_dir, config, run))
+        run = choose_run(workspace, args.run, latest_run(workspace, "stream"))
+        report(evaluate(run, args.input_dir, config))
 
     return cli.guarded(
         body, "the run's report (report.md, report/) is as it was: run the command again"

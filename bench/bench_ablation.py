@@ -45,6 +45,7 @@ from common.data.fold_data import Fold, load_fold_data
 from common.metrics import auc_or_nan
 from common.report.baselines import BaselineConfig, baseline_scores
 from common.tables import markdown_table
+from common.workspace import ModelFolder, Workspace
 
 SMALL = ["--d-model", "64", "--layers", "2", "--heads", "4"]
 TRAIN = ["--window", "100", "--batch-size", "64", "--lr", "2e-3", "--warmup", "100"]
@@ -67,6 +68,8 @@ VARIANTS = {
 
 
 TEACHER, STUDENT = "teacher d256 4+4", "student distilled"
+# the student's --teacher as the table shows it: fold 0's best checkpoint of the teacher's run
+TEACHER_CHECKPOINT = f"{ModelFolder.name_of(0)}/{ModelFolder.BEST}"
 
 
 def run_name(name: str) -> str:
@@ -75,35 +78,35 @@ def run_name(name: str) -> str:
     return name.replace(" ", "_").replace("+", "plus")
 
 
-def variant_fold(out: Path, name: str) -> FoldRun:
-    """Fold 0 of the variant's run in the output dir `out`."""
+def variant_fold(out: Workspace, name: str) -> FoldRun:
+    """Fold 0 of the variant's run in the workspace `out`."""
     return FoldRun(out, run_name(name))
 
 
-def kaggle_like_stream(work: Path, demo: Path, share: float) -> Path:
+def kaggle_like_stream(work: Path, demo: Workspace, share: float) -> Workspace:
     """A second split of the same demo for stream speed: the last `share` of its rows by
     virtual time (02_make_folds.py --strategy virtual-time), a stream that interleaves
     many students, about 23 rows per group at share 0.1, like the real example test's
     18 to 33 (fold 0's validation stream has few students left in its tail: 5 rows per
     group on average, 1 at the median). The variants trained on some of these rows, so
-    only its speed is used."""
-    out = work / "kaggle_like_stream"
-    if not (out / "folds" / "fold0.npz").exists():
-        link_data(out, demo / "output", ("data",))
+    only its speed is used. `demo`: the demo's workspace, whose data/ it shares."""
+    out = Workspace(work / "kaggle_like_stream")
+    if not out.folds.fold(0).exists():
+        link_data(out.path, demo, folds=False)
         split = ("--strategy", "virtual-time", "--n-folds", "1", "--valid-share", share)
-        run(script("02_make_folds.py", "--output-dir", out, *split))
+        run(script("02_make_folds.py", "--output-dir", out.path, *split))
     return out
 
 
-def stream_speed(stream: Path, name: str, checkpoint: Path, restream: bool) -> dict:
+def stream_speed(stream: Workspace, name: str, checkpoint: Path, restream: bool) -> dict:
     """04_infer.py's summary for `checkpoint` streamed over the Kaggle-like stream
     (streamed again when asked, or when the checkpoint is newer than the summary)."""
     fold = variant_fold(stream, name)
-    fold.folder.mkdir(parents=True, exist_ok=True)
-    best = fold.folder / "best.pt"
+    fold.folder.path.mkdir(parents=True, exist_ok=True)
+    best = fold.folder.checkpoint()
     best.unlink(missing_ok=True)
     best.symlink_to(checkpoint.resolve())
-    summary = fold.folder / "stream_summary.json"
+    summary = fold.folder.stream_summary
     if restream or not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
         run(fold.stream_command())
     return fold.stream_summary()
@@ -114,7 +117,7 @@ def variant_figures(fold: FoldRun) -> dict:
     summary, history = fold.stream_summary(), fold.history()
     checkpoint = fold.best_checkpoint()
     return {
-        "predictions": pd.read_parquet(fold.folder / "stream_predictions.parquet"),
+        "predictions": pd.read_parquet(fold.folder.stream_predictions),
         "rows_per_s": summary["rows_per_s"],
         "rows": summary["rows"],
         "groups": summary["groups"],
@@ -131,15 +134,15 @@ def variant_figures(fold: FoldRun) -> dict:
 
 
 def train_variant(
-    out: Path, name: str, flags: list[str], epochs: int, fresh: bool, restream: bool
+    out: Workspace, name: str, flags: list[str], epochs: int, fresh: bool, restream: bool
 ) -> dict:
     """Train the variant's run (from scratch when `fresh`; otherwise a variant trained for
     fewer epochs than asked continues from its last checkpoint, which with the Noam
     schedule is the same as training the longer run at once) and stream; a finished
     variant is only read."""
     fold = variant_fold(out, name)
-    if fresh and fold.folder.exists():
-        shutil.rmtree(fold.folder)
+    if fresh and fold.folder.path.exists():
+        shutil.rmtree(fold.folder.path)
     if not fold.streamed() or fold.trained_epochs() < epochs:
         train_and_stream(fold, ["--epochs", epochs, *TRAIN, *flags])
     elif restream:  # the trained checkpoint streamed again (e.g. on a quiet machine)
@@ -185,19 +188,19 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def train_variants(args: argparse.Namespace, out: Path) -> dict[str, dict]:
-    """Every variant trained and streamed on fold 0 (the student after its teacher), then
-    streamed over the Kaggle-like stream for speed."""
+def train_variants(args: argparse.Namespace, out: Workspace, demo: Workspace) -> dict[str, dict]:
+    """Every variant trained and streamed on fold 0 of `out` (the student after its
+    teacher), then streamed over the Kaggle-like stream of the demo's data for speed."""
     results = {}
     for name, flags in VARIANTS.items():
         epochs = args.teacher_epochs if name == TEACHER else args.epochs
         if name == STUDENT:
-            flags = [*flags, "--teacher", str(variant_fold(out, TEACHER).folder / "best.pt")]
+            flags = [*flags, "--teacher", str(variant_fold(out, TEACHER).folder.checkpoint())]
         fresh = args.force or name in args.retrain
         results[name] = train_variant(out, name, flags, epochs, fresh, args.restream)
-    speed_root = kaggle_like_stream(args.work_dir, args.demo_dir, args.speed_share)
+    speed_root = kaggle_like_stream(args.work_dir, demo, args.speed_share)
     for name in VARIANTS:
-        checkpoint = variant_fold(out, name).folder / "best.pt"
+        checkpoint = variant_fold(out, name).folder.checkpoint()
         speed = stream_speed(speed_root, name, checkpoint, args.restream)
         results[name]["kaggle_rows_per_s"] = speed["rows_per_s"]
         results[name]["kaggle_stream"] = speed
@@ -215,15 +218,15 @@ class Reference:
     baseline_auc: float
 
 
-def reference_scores(demo_dir: Path, data_out: Path, rows: pd.DataFrame) -> Reference:
+def reference_scores(demo_dir: Path, data_out: Workspace, rows: pd.DataFrame) -> Reference:
     """The oracle (the demo's true probabilities) and the per-question baseline on the
-    streamed `rows`."""
+    streamed `rows` (fold 0 of the demo's workspace `data_out`)."""
     labels = rows["answered_correctly"].to_numpy()
     truth = pd.read_csv(demo_dir / "input" / "demo_truth.csv")
     oracle = truth.set_index("row_id")["p_true"].reindex(rows["row_id"]).to_numpy()
-    dataset = Dataset.load(data_out)
-    data = load_fold_data(data_out, 0, dataset=dataset)
-    cut_row = dataset.arrays.offsets[:-1] + Fold.load(data_out, 0).user_cut
+    dataset = Dataset.of(data_out)
+    data = load_fold_data(data_out, 0)
+    cut_row = dataset.arrays.offsets[:-1] + Fold.of(data_out, 0).user_cut
     entries = np.searchsorted(data.sequences.row, rows["global_row"].to_numpy())
     baselines = baseline_scores(
         data.sequences, entries, cut_row, data.n_questions, BaselineConfig()
@@ -268,7 +271,7 @@ def variant_table(results: dict[str, dict], ref: Reference) -> str:
     header += ["cache bytes/student", "best epoch"]
     body = []
     for name, r in results.items():
-        teacher = " --teacher <teacher's run>/fold0/best.pt" if name == STUDENT else ""
+        teacher = f" --teacher <teacher's run>/{TEACHER_CHECKPOINT}" if name == STUDENT else ""
         flags = " ".join(VARIANTS[name]) + teacher
         auc = r["auc"]
         quality = [f"{auc:.4f}", f"{ref.oracle_auc - auc:.4f}", f"{auc - ref.baseline_auc:+.4f}"]
@@ -302,7 +305,7 @@ def main() -> int:
     demo, folds = args.demo_dir, ("--n-folds", "5", "--seed", "0")
     data_out = make_demo(demo / "input", demo / "output", args.users, 0, folds, say=say)
     out = link_data(args.work_dir, data_out)  # every variant a run of this output dir
-    results = train_variants(args, out)
+    results = train_variants(args, out, data_out)
     ref = reference_scores(args.demo_dir, data_out, results["SAINT+"]["predictions"])
     score_variants(results, ref)
     lines = intro_lines(args, results, ref)

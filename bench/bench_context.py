@@ -55,6 +55,7 @@ from common.metrics import auc_or_nan
 from common.model.checkpoint import load_model
 from common.model.predict import to_tensors
 from common.tables import markdown_table
+from common.workspace import ModelFolder, Workspace
 
 WINDOWS = {32: ("--d-model", "32"), 100: ("--d-model", "64")}
 COMMON = ("--layers", "2", "--heads", "4", "--dropout", "0.1", "--patience", "100")
@@ -70,8 +71,9 @@ VERSIONS = {
 QUARTER_ROPE_DATASETS = ("demo",)
 
 
-def version_fold(out: Path, version: str) -> FoldRun:
-    """Fold 0 in `out`: out/fold0 for the code before runs existed, else the run's."""
+def version_fold(out: Workspace, version: str) -> FoldRun:
+    """Fold 0 in `out`: fold0/ of the output dir itself for the code before runs existed,
+    else the run's."""
     return FoldRun(out, None if VERSIONS[version][0] == "before" else BENCH_RUN)
 
 
@@ -139,11 +141,11 @@ DATASETS = {
 }  # fmt: skip
 
 
-def prepare(data: DataSet, work: Path, shared: Path, say: Report) -> Path:
-    prep = work / data.name / "prep"
-    if (prep / "folds" / "fold0.npz").exists():
+def prepare(data: DataSet, work: Path, shared: Path, say: Report) -> Workspace:
+    prep = Workspace(work / data.name / "prep")
+    if prep.folds.fold(0).exists():
         return prep
-    places = {"input": work / data.name / "input", "prep": prep, "shared": shared}
+    places = {"input": work / data.name / "input", "prep": prep.path, "shared": shared}
     for i, (name, *flags) in enumerate(data.prepare):
         flags = [f.format(**{k: str(v) for k, v in places.items()}) for f in flags]
         run(script(name, *flags), work / data.name / f"prepare{i}.log", say=say)
@@ -151,30 +153,32 @@ def prepare(data: DataSet, work: Path, shared: Path, say: Report) -> Path:
 
 
 def train_version(
-    code: Path, version: str, data: DataSet, window: int, prep: Path, work: Path, say: Report
+    code: Path, version: str, data: DataSet, window: int, prep: Workspace, work: Path, say: Report
 ) -> FoldRun:
     """03 then 04 of `code` on fold 0 (skips what is done: 03 when its last epoch's
     checkpoint is there, 04 when its summary is newer than that checkpoint)."""
-    out = link_data(work / data.name / f"{version}-w{window}", prep).resolve()
+    out = link_data((work / data.name / f"{version}-w{window}").resolve(), prep)
     fold = version_fold(out, version)
-    checkpoint = fold.folder / f"epoch_{data.epochs:02d}.pt"
+    checkpoint = fold.folder.epoch_checkpoint(data.epochs)
     flags = [*data.train, *WINDOWS[window], *COMMON, "--window", str(window)]
     flags += ["--epochs", str(data.epochs), *VERSIONS[version][1]]
     stream = ["--checkpoint", checkpoint.name]
-    summary = fold.folder / "stream_summary.json"
+    summary = fold.folder.stream_summary
     if not checkpoint.exists():
-        train_and_stream(fold, flags, stream, logs=out, code=code, say=say)
+        train_and_stream(fold, flags, stream, logs=out.path, code=code, say=say)
     elif not summary.exists() or summary.stat().st_mtime < checkpoint.stat().st_mtime:
-        log = out / f"fold{fold.fold}_infer.log"
+        log = out.path / f"fold{fold.fold}_infer.log"
         run(fold.stream_command(stream, code), log, cwd=code, append=True, say=say)
     return fold
 
 
 @torch.no_grad()
-def fresh_window(fold_dir: Path, checkpoint: str, data: FoldData, batch: int = 256) -> pd.Series:
+def fresh_window(
+    folder: ModelFolder, checkpoint: str, data: FoldData, batch: int = 256
+) -> pd.Series:
     """Each validation container predicted from its last `window` questions, re-encoded
     from a start token; indexed by flat question index."""
-    model, _ = load_model(fold_dir / checkpoint)
+    model, _ = load_model(folder.checkpoint(checkpoint))
     window = model.config.window
     seq = data.sequences
     tails = data.fold_tails
@@ -226,16 +230,16 @@ def paired_difference(
 BUCKETS = ["all", "first window", "1-2 windows", "2-4 windows", "beyond 4", "beyond 1"]
 
 
-def bucket_table(fold_dir: Path, checkpoint: str, data: FoldData, window: int) -> dict:
+def bucket_table(folder: ModelFolder, checkpoint: str, data: FoldData, window: int) -> dict:
     """AUC of the stream and of the fresh-window recompute by position in the history
     (BUCKETS: positions < W, W to 2W, 2W to 4W, >= 4W, >= W), and their paired difference."""
     seq = data.sequences
-    streamed = pd.read_parquet(fold_dir / "stream_predictions.parquet")
+    streamed = pd.read_parquet(folder.stream_predictions)
     flat = np.searchsorted(seq.row, streamed["global_row"].to_numpy())
     student = np.searchsorted(seq.offsets, flat, side="right") - 1
     position = flat - seq.offsets[student]
     label = seq.response[flat]
-    fresh = fresh_window(fold_dir, checkpoint, data).reindex(flat).to_numpy()
+    fresh = fresh_window(folder, checkpoint, data).reindex(flat).to_numpy()
     assert not np.isnan(fresh).any(), "every streamed row has a fresh-window prediction"
     stream = streamed["prediction"].to_numpy()
     masks = [
@@ -257,9 +261,9 @@ def bucket_table(fold_dir: Path, checkpoint: str, data: FoldData, window: int) -
             if both
             else None
         )
-    summary = json.loads((fold_dir / "stream_summary.json").read_text())
+    summary = json.loads(folder.stream_summary.read_text())
     result["stream_rows_per_s"] = summary["rows_per_s"]
-    history = pd.read_csv(fold_dir / "history.csv")
+    history = pd.read_csv(folder.history)
     result["train_interactions_per_s"] = float(history["interactions_per_s"].mean())
     result["train_seconds"] = float(history["train_seconds"].sum())
     return result
@@ -329,9 +333,9 @@ def main() -> int:
                     continue
                 code = codes[VERSIONS[version][0]]
                 trained = train_version(code, version, data, window, prep, args.work_dir, say)
-                checkpoint = f"epoch_{data.epochs:02d}.pt"
+                checkpoint = trained.folder.epoch_checkpoint(data.epochs).name
                 table = bucket_table(trained.folder, checkpoint, fold, window)
-                write_json(trained.out / "buckets.json", table)
+                write_json(trained.workspace.path / "buckets.json", table)
                 results.setdefault(name, {}).setdefault(window, {})[version] = table
                 say(name, window, version, "stream", json.dumps(table["stream"]))
                 say(name, window, version, "fresh", json.dumps(table["fresh"]))

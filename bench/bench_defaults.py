@@ -27,6 +27,7 @@ from bench.benchlib import (
 )
 from bench.fold_run import FoldRun, train_and_stream
 from common.tables import markdown_table
+from common.workspace import Workspace
 
 RUNS = {"defaults": ("--epochs", "10"), "small-data recipe": SMALL_DATA_RECIPE}
 
@@ -60,13 +61,13 @@ def run_figures(fold: FoldRun, flags: tuple[str, ...]) -> dict:
     }
 
 
-def train_and_read(work: Path, prep: Path, name: str, flags: tuple[str, ...], say) -> dict:
-    """03 (resumed where it stopped) and 04 on fold 0 in work/<name>, unless streamed;
-    then the run's figures."""
+def train_and_read(work: Path, prep: Workspace, name: str, flags: tuple[str, ...], say) -> dict:
+    """03 (resumed where it stopped) and 04 on fold 0 in work/<name> (on the data and
+    folds of the workspace `prep`), unless streamed; then the run's figures."""
     out = link_data(work / name.replace(" ", "-"), prep)
     fold = FoldRun(out)
     if not fold.streamed():
-        train_and_stream(fold, flags, logs=out, say=say)
+        train_and_stream(fold, flags, logs=out.path, say=say)
     return run_figures(fold, flags)
 
 

@@ -38,6 +38,7 @@ from bench.benchlib import (
     WORK,
     Report,
     bench_run,
+    link_data,
     make_demo_input,
     relative,
     results_flag,
@@ -49,6 +50,7 @@ from common.files import atomic_file
 from common.model.blending import BLEND
 from common.model.boosting import FEATURE_BASELINE
 from common.tables import markdown_table
+from common.workspace import Workspace
 
 VARIANTS = {"model": [], "model + past features (head)": ["--past-features", "head"]}
 SCORERS = ("model", FEATURE_BASELINE, BLEND)
@@ -83,13 +85,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def size_data(args: argparse.Namespace, users: list[int], size: int) -> Path:
+def size_data(args: argparse.Namespace, users: list[int], size: int) -> Workspace:
     """01 and 02 of the held-out students and the first `size` others (skipped when
-    done); returns the output dir. `users`: the demo's user ids, held-out ones first."""
+    done); returns their workspace. `users`: the demo's user ids, held-out ones first."""
     held_out, training = users[: args.held_out], users[args.held_out :][:size]
     folder = args.work_dir / f"students_{size}"
-    out = folder / "output"
-    if (out / "folds" / "fold0.npz").exists():
+    out = Workspace(folder / "output")
+    if out.folds.fold(0).exists():
         return out
     source = args.work_dir / "demo"
     input_dir = folder / "input"
@@ -101,27 +103,23 @@ def size_data(args: argparse.Namespace, users: list[int], size: int) -> Path:
     for name in ("questions.csv", "lectures.csv", "demo_truth.csv"):
         (input_dir / name).write_bytes((source / name).read_bytes())
     pd.DataFrame({"user_id": held_out, "fold": 0}).to_csv(input_dir / "user_folds.csv", index=False)
-    where = ("--input-dir", input_dir, "--output-dir", out)
+    where = ("--input-dir", input_dir, "--output-dir", out.path)
     run(script("01_preprocess.py", *where, "--no-progress"))
     run(script("02_make_folds.py", *where, "--strategy", "dataset", "--n-folds", 1))
     return out
 
 
-def variant_scores(data: Path, name: str, flags: list[str]) -> dict[str, float]:
-    """03, 04 and 05 of one variant on the held-out fold (skipped when done); the pooled
-    AUC of each scorer and best.pt's epoch. `flags` follow the recipe's (the last wins)."""
-    out = data.parent / name.replace(" ", "_").replace("+", "plus").replace("(", "").replace(
-        ")", ""
-    )
-    for sub in ("data", "folds"):
-        link = out / sub
-        if not link.exists():
-            out.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(Path("..") / "output" / sub, target_is_directory=True)
-    summary_path = bench_run(out) / "report" / "summary.json"
+def variant_scores(data: Workspace, name: str, flags: list[str]) -> dict[str, float]:
+    """03, 04 and 05 of one variant on the held-out fold of the size's workspace `data`
+    (skipped when done); the pooled AUC of each scorer and best.pt's epoch. `flags`
+    follow the recipe's (the last wins)."""
+    folder = data.path.parent
+    variant = name.replace(" ", "_").replace("+", "plus").replace("(", "").replace(")", "")
+    out = link_data(folder / variant, data)
+    summary_path = bench_run(out).report.summary
     if not summary_path.exists():
-        train_and_stream(FoldRun(out), [*SMALL_DATA_RECIPE, *flags], logs=out / "logs")
-        where = ["--input-dir", data.parent / "input", "--output-dir", out, "--run", BENCH_RUN]
+        train_and_stream(FoldRun(out), [*SMALL_DATA_RECIPE, *flags], logs=out.path / "logs")
+        where = ["--input-dir", folder / "input", "--output-dir", out.path, "--run", BENCH_RUN]
         run(script("05_evaluate.py", *where, "--bootstrap", 0, "--no-progress"))
     summary = json.loads(summary_path.read_text())
     return {

@@ -40,6 +40,7 @@ from bench.fold_run import FoldRun, train_and_stream
 from common.model.blending import BLEND
 from common.model.boosting import FEATURE_BASELINE
 from common.tables import markdown_table
+from common.workspace import Workspace
 
 VARIANTS = {
     "SAINT+ (quick start)": [],
@@ -55,19 +56,22 @@ HEADER = [
 ]  # fmt: skip
 
 
-def demo_variant(work: Path, prep: Path, input_dir: Path, name: str, flags: list[str]) -> Path:
-    """03, 04 and 05 of one variant on fold 0 (skipped when its report is there)."""
+def demo_variant(
+    work: Path, prep: Workspace, input_dir: Path, name: str, flags: list[str]
+) -> Workspace:
+    """03, 04 and 05 of one variant on fold 0 of the demo's workspace `prep` (skipped when
+    its report is there); the variant's workspace."""
     out = link_data(work / name.replace(" ", "_").replace("+", "plus"), prep)
-    if not (bench_run(out) / "report" / "summary.json").exists():
+    if not bench_run(out).report.summary.exists():
         train_and_stream(FoldRun(out), [*SMALL_DATA_RECIPE, *flags])
-        where = ["--input-dir", input_dir, "--output-dir", out, "--run", BENCH_RUN]
+        where = ["--input-dir", input_dir, "--output-dir", out.path, "--run", BENCH_RUN]
         where += ["--bootstrap", "0"]
         run(script("05_evaluate.py", *where, "--no-progress"))
     return out
 
 
-def demo_row(name: str, out: Path) -> list[str]:
-    summary = json.loads((bench_run(out) / "report" / "summary.json").read_text())
+def demo_row(name: str, out: Workspace) -> list[str]:
+    summary = json.loads(bench_run(out).report.summary.read_text())
     fold = FoldRun(out)
     history, stream = fold.history(), fold.stream_summary()
     blend = summary.get("blend_auc")
@@ -128,15 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     results_flag(parser, "options")
     args = parser.parse_args(argv)
     demo_input = args.work_dir / "demo" / "input"
-    prep = args.work_dir / "demo" / "output"
+    prep = Workspace(args.work_dir / "demo" / "output")
     rows = []
     if not args.table_only:
-        make_demo(demo_input, prep, DEMO.n_users, DEMO.seed, DEMO_FOLD_FLAGS)
+        make_demo(demo_input, prep.path, DEMO.n_users, DEMO.seed, DEMO_FOLD_FLAGS)
     for name, flags in VARIANTS.items():
-        out = args.work_dir / name.replace(" ", "_").replace("+", "plus")
+        out = Workspace(args.work_dir / name.replace(" ", "_").replace("+", "plus"))
         if not args.table_only and name in args.variants:
             out = demo_variant(args.work_dir, prep, demo_input, name, flags)
-        if (bench_run(out) / "report" / "summary.json").exists():
+        if bench_run(out).report.summary.exists():
             rows.append(demo_row(name, out))
     rows += kt_rows(args.kt_dir)
     report = Report("options", args.results)

@@ -13,7 +13,6 @@ import argparse
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from bench.benchlib import Report, peak_gb, results_flag
 from common.data.arrays import TrainArrays
 from common.data.fold_data import Fold
 from common.data.folds import write_row_folds
+from common.workspace import FoldsFolder
 
 ROWS, STUDENTS, FOLDS = 101_230_332, 393_656, 5
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"synthetic layout: {args.rows:,} rows, {args.students:,} students, {FOLDS} user "
         f"folds; peak RSS {peak_gb():.2f} GB")  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "row_folds.csv"
+        path = FoldsFolder(folder).row_folds
         start = time.perf_counter()
         write_row_folds(path, arrays, folds)
         seconds = time.perf_counter() - start

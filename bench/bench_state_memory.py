@@ -30,22 +30,16 @@ from bench.benchlib import Report, load_average, peak_gb, results_flag
 from common.data.past_features import CATEGORICAL, FEATURE_NAMES
 from common.data.past_state import FeatureSnapshot
 from common.data.question_rates import QuestionRates
-from common.layout import (
-    FEATURE_SNAPSHOT_FILE,
-    PARTS_FILE,
-    SKILLS_FILE,
-    SNAPSHOT_FILE,
-    state_dir,
-)
 from common.model.blend_bundle import BlendBundle
 from common.model.boosting import FeatureBaselineConfig, to_trees
 from common.model.saint import SAINT, ModelConfig
 from common.stream.blend_state import BlendState
 from common.stream.kaggle_notebook import COMPETITION_STATE_GB, bundle_state
 from common.stream.online import FIELD_DTYPES, Snapshot
+from common.workspace import Bundle, ModelFolder
 
 STUDENTS, QUESTIONS = 393_656, 13_523
-MODEL = "fold0"  # the bundle's model folder
+MODEL = ModelFolder.name_of(0)  # the bundle's model folder
 GAP_MS = 30_000  # between a student's questions
 
 
@@ -118,23 +112,23 @@ def synthetic_blend(rows: int = 20_000) -> BlendBundle:
     return BlendBundle(trees, rates, skill, 0.5, record)
 
 
-def write_bundle(folder: Path, students: int, length: int) -> None:
+def write_bundle(bundle: Bundle, students: int, length: int) -> None:
     """The bundle's state/ and <MODEL>/ trees, as 04's export lays them out."""
     n_items = history_lengths(students)
-    state = state_dir(folder)
-    state.mkdir(parents=True)
-    np.save(str(state / PARTS_FILE), np.random.default_rng(3).integers(1, 8, QUESTIONS, np.int8))
-    synthetic_snapshot(length, state / SNAPSHOT_FILE, n_items)
-    synthetic_feature_snapshot(n_items).save(state / FEATURE_SNAPSHOT_FILE)
+    bundle.state.mkdir(parents=True)
+    np.save(str(bundle.parts), np.random.default_rng(3).integers(1, 8, QUESTIONS, np.int8))
+    synthetic_snapshot(length, bundle.snapshot, n_items)
+    synthetic_feature_snapshot(n_items).save(bundle.features)
     blend = synthetic_blend()
-    np.save(str(state / SKILLS_FILE), blend.skill)  # skill by question, as 04 ships it
-    (folder / MODEL).mkdir()
-    blend.save(folder / MODEL)
+    np.save(str(bundle.skills), blend.skill)  # skill by question, as 04 ships it
+    model = bundle.model(MODEL)
+    model.path.mkdir()
+    blend.save(model)
 
 
-def write_bundle_apart(folder: Path, students: int, length: int) -> None:
+def write_bundle_apart(bundle: Bundle, students: int, length: int) -> None:
     """write_bundle in a child process: its arrays never count in this one's peak."""
-    child = get_context("fork").Process(target=write_bundle, args=(folder, students, length))
+    child = get_context("fork").Process(target=write_bundle, args=(bundle, students, length))
     child.start()
     child.join()
     if child.exitcode != 0:
@@ -191,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     model = SAINT(ModelConfig(n_questions=QUESTIONS)).eval()
     budget = int(COMPETITION_STATE_GB * 1e9)
     with tempfile.TemporaryDirectory() as folder:
-        write_bundle_apart(Path(folder), args.students, model.config.receptive_field)
+        bundle = Bundle(folder)
+        write_bundle_apart(bundle, args.students, model.config.receptive_field)
         say(f"synthetic bundle written (a child process); load avg {load_average()}")
         start = time.time()
-        state = bundle_state(Path(folder), MODEL, model, torch.device("cpu"), 4096, budget)
+        state = bundle_state(bundle, MODEL, model, torch.device("cpu"), 4096, budget)
         assert isinstance(state, BlendState), f"the bundle's state is {type(state).__name__}"
         say_filled(say, state, args.students, time.time() - start)
     state.predict(group(np.array([10**9]), 10**12))

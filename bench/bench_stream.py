@@ -27,6 +27,7 @@ from common.data.fold_data import fold_fingerprint, load_fold_data
 from common.model.checkpoint import save_model
 from common.model.saint import SAINT, ModelConfig
 from common.tables import markdown_table
+from common.workspace import Workspace
 
 CONFIGS = {
     "demo": dict(d_model=64, n_heads=4, encoder_layers=2, decoder_layers=2),
@@ -35,20 +36,22 @@ CONFIGS = {
 TEST_ROWS = 2_500_000  # question rows in the competition's hidden test
 
 
-def measure(data_out: Path, work: Path, name: str, args: argparse.Namespace, say: Report):
-    """04_infer.py on fold 0 with a fresh checkpoint of model size `name`: its summary."""
-    out = link_data(work / f"stream_{name}", data_out)
-    n_questions = load_fold_data(data_out, 0).n_questions
+def measure(data: Workspace, work: Path, name: str, args: argparse.Namespace, say: Report):
+    """04_infer.py on fold 0 of the workspace `data` (linked into one of its own) with a
+    fresh checkpoint of model size `name`: its summary."""
+    out = link_data(work / f"stream_{name}", data)
+    n_questions = load_fold_data(data, 0).n_questions
     torch.manual_seed(0)
     config = ModelConfig(n_questions=n_questions, window=args.window, **CONFIGS[name])
     model = SAINT(config)
-    fingerprint = fold_fingerprint(data_out, 0)
-    save_model(bench_fold(out) / "best.pt", model, epoch=0, fold_fingerprint=fingerprint)
+    fingerprint = fold_fingerprint(data, 0)
+    folder = bench_fold(out)
+    save_model(folder.checkpoint(), model, epoch=0, fold_fingerprint=fingerprint)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    flags = ["--output-dir", out, "--fold", "0", "--no-progress", "--no-export"]
+    flags = ["--output-dir", out.path, "--fold", "0", "--no-progress", "--no-export"]
     flags += ["--group-rows", args.group_rows, *args.extra]
     run(script("04_infer.py", *flags), env=env, say=say)
-    summary = json.loads((bench_fold(out) / "stream_summary.json").read_text())
+    summary = json.loads(folder.stream_summary.read_text())
     summary["parameters"] = model.n_parameters()
     return summary
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.benchlib import H200_FREE_BYTES, REPO, WORK, Report, results_flag
+from bench.benchlib import H200_FREE_BYTES, REPO, WORK, Report, bench_run, results_flag
 from common.data.fold_data import load_fold_data
 from common.model.predict import to_tensors
 from common.model.saint import ModelConfig
@@ -36,6 +36,7 @@ from common.tables import markdown_table
 from common.train.config import TrainConfig
 from common.train.plan import PartPlan
 from common.train.trainer import Trainer
+from common.workspace import Workspace
 
 
 def reference(**model) -> ModelConfig:
@@ -94,7 +95,7 @@ def measure(data, name: str, args: argparse.Namespace) -> dict:
     one step of the uncompiled model (compiling does not change them)."""
     device = torch.device(args.device)
     config = replace(CONFIGS[name], progress=False, select_on="fold", amp=args.amp)
-    out = args.work_dir / name
+    out = bench_run(Workspace(args.work_dir / name))  # the Trainer's run: its folder alone
     counting = Trainer(replace(config, compile=False), out, data, device)
     spans, epoch = counting.epoch_batches(0)
     index = [epoch[i % len(epoch)] for i in range(args.steps + args.warmup)]  # repeated
@@ -173,7 +174,7 @@ def main() -> int:
     compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp, torch.float32)
     peak = matmul_peak(device, compute)
     torch.manual_seed(0)
-    data = load_fold_data(args.data_dir, 0)
+    data = load_fold_data(Workspace(args.data_dir), 0)
     say(f"threads     {args.threads}")
     say(f"device      {args.device}, amp {args.amp}, compile {args.compile}")
     say(f"matmul peak {peak / 1e9:.0f} GFLOP/s ({compute}, 2048x2048, measured)")

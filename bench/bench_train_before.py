@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench.benchlib import REPO, WORK, Report, make_demo, results_flag, script
 from common.tables import markdown_table
+from common.workspace import ModelFolder, Workspace
 
 # 03's flags per config: the quick start's demo, and the reference size at SAINT's batch
 CONFIGS = {
@@ -40,16 +41,18 @@ def epoch_rate(output: str) -> float:
     return float(found.group(1).replace(",", ""))
 
 
-def train_epoch(code: Path, out: Path, config: str, before: bool) -> float:
+def train_epoch(code: Path, out: Workspace, config: str, before: bool) -> float:
     """One 03 epoch of `code` on fold 0 of `out`; its rate. The before code has no --run:
-    the fold folder it wrote last time is removed first."""
+    the fold folder it wrote last time (in the output dir itself, or in an older code's
+    models/) is removed first."""
     flags = [*CONFIGS[config].split(), *COMMON.split(), "--fold", 0, "--epochs", 1]
     if before:
-        for folder in (out / "fold0", out / "models", out / "runs"):
+        fold = out.path / ModelFolder.name_of(0)
+        for folder in (fold, out.path / "models", out.runs):
             shutil.rmtree(folder, ignore_errors=True)
     else:
         flags += ["--run", "bench_before", "--overwrite"]
-    command = script("03_train.py", "--output-dir", out, *flags, code=code)
+    command = script("03_train.py", "--output-dir", out.path, *flags, code=code)
     done = subprocess.run(command, cwd=code, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"{' '.join(map(str, command))} failed:\n{done.stderr[-2000:]}")

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from bench.benchlib import (
+    BENCH_RUN,
     WORK,
     Report,
     bench_fold,
@@ -50,6 +51,7 @@ from bench.pykt_saint_epoch import SEQUENCES, TRAIN_FOLD, VALID_FOLD
 from common.data.fold_data import load_fold_data
 from common.tables import markdown_table
 from common.train.config import TrainConfig
+from common.workspace import Workspace
 
 WIDTH = dict(d_model=256, d_ff=256, layers=2, heads=8, window=100, dropout=0.1)
 
@@ -79,7 +81,7 @@ def pykt_rows(sequences, students, begin, end, fold: int, window: int) -> list[l
     return rows
 
 
-def write_pykt_data(prep: Path, folder: Path, config: TrainConfig) -> dict:
+def write_pykt_data(prep: Workspace, folder: Path, config: TrainConfig) -> dict:
     """pyKT's sequences file of fold 0: the questions 03 trains on (before its inner split,
     as 03 cuts it with `config`'s share and seed), and the fold's validation questions."""
     data = load_fold_data(prep, 0, config.inner_share, config.seed)
@@ -103,16 +105,16 @@ def write_pykt_data(prep: Path, folder: Path, config: TrainConfig) -> dict:
     }
 
 
-def run_ours(prep: Path, work: Path, batch: int, args, say) -> dict:
+def run_ours(prep: Workspace, work: Path, batch: int, args, say) -> dict:
     out = link_data(work / f"ours_b{batch}", prep)
-    flags = ["--output-dir", out, "--run", "bench", "--overwrite", "--fold", 0]
+    flags = ["--output-dir", out.path, "--run", BENCH_RUN, "--overwrite", "--fold", 0]
     flags += ["--model", "saint", "--d-model", WIDTH["d_model"], "--d-ff", WIDTH["d_ff"]]
     flags += ["--layers", WIDTH["layers"], "--heads", WIDTH["heads"]]
     flags += ["--window", WIDTH["window"], "--dropout", WIDTH["dropout"]]
     flags += ["--batch-size", batch, "--epochs", 1, "--no-progress"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     seconds = run(script("03_train.py", *flags), work / f"ours_b{batch}.log", env=env, say=say)
-    epoch = pd.read_csv(bench_fold(out) / "history.csv").iloc[0]
+    epoch = pd.read_csv(bench_fold(out).history).iloc[0]
     return {
         "seconds": seconds,
         "steps_seconds": float(epoch["train_seconds"]),

@@ -29,6 +29,7 @@ from common.data.folds import FoldConfig
 from common.files import cpu_model, write_text
 from common.inputs.demo import DemoConfig
 from common.train.config import TrainConfig
+from common.workspace import ModelFolder, Run, Workspace, record_file
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -273,31 +274,35 @@ DEMO_FLAGS = recipe_flags(DEMO_RECIPE, "demo", DemoConfig)
 DEMO_FOLD_FLAGS = recipe_flags(DEMO_RECIPE, "folds", FoldConfig)
 
 
-def bench_run(out: Path) -> Path:
-    """The benchmark run's folder in the output dir `out` (layout.run_dir)."""
-    return out / "runs" / BENCH_RUN
+def bench_run(workspace: Workspace) -> Run:
+    """The benchmark run of `workspace` (what 03_train.py --run bench writes)."""
+    return workspace.run(BENCH_RUN)
 
 
-def bench_fold(out: Path, k: int = 0) -> Path:
-    return bench_run(out) / f"fold{k}"
+def bench_fold(workspace: Workspace, k: int = 0) -> ModelFolder:
+    """Fold `k` of the benchmark run of `workspace`."""
+    return bench_run(workspace).fold(k)
 
 
-def link_data(out: Path, prep: Path, names: tuple[str, ...] = ("data", "folds")) -> Path:
-    """`out` (made if missing) with data/ and folds/ linked (relative links) to those of
-    the output dir `prep`: 03 and 04 run in `out` on shared preprocessing and folds."""
+def link_data(out: Path, prep: Workspace, folds: bool = True) -> Workspace:
+    """The workspace `out` (made if missing) with data/ (and folds/ unless `folds` is
+    false) linked (relative links) to those of the workspace `prep`: 03 and 04 run in
+    `out` on shared preprocessing and folds."""
     out.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        link = out / name
+    workspace, shared = Workspace(out), Workspace(prep.path.resolve())
+    pairs = [(workspace.data.path, shared.data.path)]
+    if folds:
+        pairs.append((workspace.folds.path, shared.folds.path))
+    for link, target in pairs:
         if not link.is_symlink() and not link.exists():
-            target = os.path.relpath(prep.resolve() / name, out.resolve())
-            link.symlink_to(target, target_is_directory=True)
-    return out
+            link.symlink_to(os.path.relpath(target, out.resolve()), target_is_directory=True)
+    return workspace
 
 
 def make_demo_input(folder: Path, users: int, seed: int, log: Path | None = None, say=print):
     """00_make_demo_input.py's demo of `users` students in `folder`, unless a demo of that
     size and seed is there."""
-    record = folder / "demo_run.json"
+    record = record_file(folder, "demo")
     if record.exists() and (folder / "train.csv").exists():
         config = json.loads(record.read_text())["config"]
         if (config["n_users"], config["seed"]) == (users, seed):
@@ -316,16 +321,17 @@ def make_demo(
     logs: Path | None = None,
     say=print,
     code: Path = REPO,
-) -> Path:
+) -> Workspace:
     """A demo of `users` students in `input_dir` (this repository's 00), preprocessed (01)
     and split (02 with `fold_flags`) into `prep_dir` by the checkout `code`'s scripts, each
     step's output in logs/0N.log (or printed); nothing is done when the folds are there.
-    Returns `prep_dir`."""
-    if not (prep_dir / "folds" / "fold0.npz").exists():
+    Returns the workspace `prep_dir`."""
+    workspace = Workspace(prep_dir)
+    if not workspace.folds.fold(0).exists():
         log = (lambda n: logs / f"{n}.log") if logs else (lambda n: None)
         make_demo_input(input_dir, users, seed, log("00"), say)
         flags = ("--input-dir", input_dir, "--output-dir", prep_dir, "--no-progress")
         run(script("01_preprocess.py", *flags, code=code), log("01"), say=say)
         folds = script("02_make_folds.py", "--output-dir", prep_dir, *fold_flags, code=code)
         run(folds, log("02"), say=say)
-    return prep_dir
+    return workspace

@@ -17,33 +17,34 @@ from pathlib import Path
 import pandas as pd
 
 from bench.benchlib import BENCH_RUN, REPO, run, script
-from common import layout
 from common.files import write_json
 from common.model.checkpoint import read_checkpoint
+from common.workspace import ModelFolder, Workspace
 
 RESUMED_FILE = "bench_resumed.json"  # in the fold's folder, beside what 03 wrote
 
 
 @dataclass(frozen=True)
 class FoldRun:
-    """Fold `fold` of run `run` in the output dir `out` (its data/ and folds/ there or
-    linked). `run` None is the layout of the code before runs existed (out/fold{k}/, no
-    --run flag), which bench_context's checkout of the older code writes."""
+    """Fold `fold` of run `run` in `workspace` (its data/ and folds/ there or linked).
+    `run` None is the layout of the code before runs existed (fold{k}/ in the output dir
+    itself, no --run flag), which bench_context's checkout of the older code writes."""
 
-    out: Path
+    workspace: Workspace
     run: str | None = BENCH_RUN
     fold: int = 0
 
     @property
-    def folder(self) -> Path:
+    def folder(self) -> ModelFolder:
         """Where 03 and 04 write this fold's files."""
-        parent = self.out if self.run is None else layout.run_dir(self.out, self.run)
-        return layout.fold_dir(parent, self.fold)
+        if self.run is None:
+            return ModelFolder(self.workspace.path / ModelFolder.name_of(self.fold))
+        return self.workspace.run(self.run).fold(self.fold)
 
     def where(self) -> list[str]:
         """The flags that point 03 and 04 at this fold."""
         run_flag = [] if self.run is None else ["--run", self.run]
-        return ["--output-dir", str(self.out), *run_flag, "--fold", str(self.fold)]
+        return ["--output-dir", str(self.workspace.path), *run_flag, "--fold", str(self.fold)]
 
     def train_command(self, flags: Sequence[object] = (), code: Path = REPO) -> list[str]:
         """03_train.py of the checkout `code` on this fold with `flags`."""
@@ -59,32 +60,33 @@ class FoldRun:
 
     # -- what 03 and 04 wrote ----------------------------------------------------------
     def streamed(self) -> bool:
-        return (self.folder / "stream_summary.json").exists()
+        return self.folder.stream_summary.exists()
 
     def stream_summary(self) -> dict:
-        return json.loads((self.folder / "stream_summary.json").read_text())
+        return json.loads(self.folder.stream_summary.read_text())
 
     def history(self) -> pd.DataFrame:
         """history.csv: one row per trained epoch (resumed runs included)."""
-        return pd.read_csv(self.folder / "history.csv")
+        return pd.read_csv(self.folder.history)
 
     def trained_epochs(self) -> int:
-        history = self.folder / "history.csv"
+        history = self.folder.history
         return len(pd.read_csv(history)) if history.exists() else 0
 
     def best_checkpoint(self) -> dict:
         """best.pt's payload: the model streamed by default, and how it was trained
         (train_config, resolved, epoch, best_epoch; common/train/outputs.py)."""
-        return read_checkpoint(self.folder / "best.pt", "cpu")
+        return read_checkpoint(self.folder.checkpoint(), "cpu")
 
     def resumed_after(self) -> list[int]:
         """The epochs after which an earlier, interrupted 03 left this fold (03 says so
         only in its log, so train_and_stream notes them here)."""
-        path = self.folder / RESUMED_FILE
+        path = self.folder.path / RESUMED_FILE
         return json.loads(path.read_text())["resumed_after"] if path.exists() else []
 
     def note_resumed_after(self, epoch: int) -> None:
-        write_json(self.folder / RESUMED_FILE, {"resumed_after": [*self.resumed_after(), epoch]})
+        path = self.folder.path / RESUMED_FILE
+        write_json(path, {"resumed_after": [*self.resumed_after(), epoch]})
 
 
 def train_and_stream(

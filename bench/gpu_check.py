@@ -40,6 +40,7 @@ from bench.benchlib import (
     script,
 )
 from common.tables import markdown_table
+from common.workspace import Workspace
 
 TRAIN_TARGET = 1_000_000  # interactions/s at the reference size, one H200-class GPU
 STREAM_TARGET = 10_000  # rows/s at d256
@@ -47,14 +48,14 @@ RIIID_INTERACTIONS = 101_230_332  # rows of the real train.csv (an epoch's upper
 
 
 def train_rate(
-    args: argparse.Namespace, data_out: Path, compile_: bool, say: Report
+    args: argparse.Namespace, data_out: Workspace, compile_: bool, say: Report
 ) -> tuple[float, float]:
     """bench_train.py's median interactions/s at the reference size, and the positions its
     CUDA batch plan computes per trained question."""
     config = "demo" if args.quick else "d256"
     steps = ("--steps", 2, "--warmup", 1, "--repeats", 1) if args.quick else ("--steps", 20)
     results = args.work_dir / f"train_{'compiled' if compile_ else 'eager'}.txt"
-    command = module("bench.bench_train", "--data-dir", data_out, "--configs", config, *steps)
+    command = module("bench.bench_train", "--data-dir", data_out.path, "--configs", config, *steps)
     command += ["--device", args.device, "--amp", args.amp, "--results", str(results)]
     command += ["--work-dir", str(args.work_dir / "train")] + (["--compile"] if compile_ else [])
     run(command, say=say)
@@ -64,13 +65,14 @@ def train_rate(
     return float(found.group(1).replace(",", "")), float(plan.group(1))
 
 
-def demo_training(args: argparse.Namespace, data_out: Path, say: Report) -> dict:
+def demo_training(args: argparse.Namespace, data_out: Workspace, say: Report) -> dict:
     """03_train.py for 2 epochs on the device: the last epoch's interactions/s and AUC."""
     out = link_data(args.work_dir / "demo_run", data_out)
-    flags = ["--output-dir", out, "--run", BENCH_RUN, "--device", args.device, "--amp", args.amp]
+    flags = ["--output-dir", out.path, "--run", BENCH_RUN]
+    flags += ["--device", args.device, "--amp", args.amp]
     flags += [*SMALL_DATA_RECIPE, "--epochs", 2, "--no-progress"]  # the demo's, 2 epochs
     run(script("03_train.py", *flags), say=say)
-    with open(bench_fold(out) / "history.csv") as f:
+    with open(bench_fold(out).history) as f:
         last = list(csv.DictReader(f))[-1]
     return {"rate": float(last["interactions_per_s"]), "auc": float(last["inner_auc"])}
 
@@ -83,7 +85,7 @@ def stream_rate(args: argparse.Namespace, say: Report) -> dict:
     command = module("bench.bench_stream", "--users", users, "--configs", config)
     command += ["--work-dir", str(args.work_dir), "--results", str(args.work_dir / "stream.txt")]
     run([*command, "--", "--device", args.device], say=say)
-    summary = bench_fold(args.work_dir / f"stream_{config}") / "stream_summary.json"
+    summary = bench_fold(Workspace(args.work_dir / f"stream_{config}")).stream_summary
     return json.loads(summary.read_text())
 
 

@@ -131,16 +131,15 @@ def environment() -> dict[str, str]:
     return versions
 
 
-def write_run_record(output_dir: str | os.PathLike, name: str, config: Any) -> Path:
-    """Write `{name}_run.json` (argv, resolved config, versions, start time) in
-    `output_dir` and return its path."""
+def write_run_record(path: Path, config: Any) -> Path:
+    """Write a stage's record (argv, resolved config, versions, start time) to `path` (a
+    folder's `record(stage)` in common.workspace) and return it."""
     record = {
         "argv": sys.argv,
         "config": config,
         "environment": environment(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    path = Path(output_dir) / f"{name}_run.json"
     write_json(path, record)
     return path
 

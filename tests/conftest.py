@@ -14,6 +14,7 @@ import torch
 
 from common.data.preprocess import PreprocessConfig, preprocess
 from common.inputs.demo import make_demo
+from common.workspace import Workspace
 from tests.helpers import run_numbered_script, tiny_demo_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +65,8 @@ def write_input(demo_input: Path) -> Callable[[Path], Path]:
 def demo_output(demo_input: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An output dir holding the demo through 01_preprocess (`<it>/data`). Read-only."""
     path = tmp_path_factory.mktemp("demo_output")
-    preprocess(PreprocessConfig(input_dir=demo_input, output_dir=path, progress=False))
+    config = PreprocessConfig(input_dir=demo_input, output_dir=path, progress=False)
+    preprocess(config, Workspace(path))
     return path
 
 

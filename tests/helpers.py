@@ -18,22 +18,32 @@ from common.data.arrays import TrainArrays, load_questions, question_parts
 from common.data.folds import FoldConfig, make_folds
 from common.data.preprocess import PreprocessConfig, preprocess
 from common.inputs.demo import DemoConfig, make_demo
-from common.layout import DATA_SUBDIR
 from common.model.saint import MODEL_PRESETS, ModelConfig
 from common.train.config import TrainConfig
+from common.workspace import ModelFolder, Run, Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 RUN = "test"  # the run the tests train (03_train.py --run test)
 
 
+def run_of(output_dir: Path, run: str = RUN) -> Run:
+    """The tests' run (output_dir/runs/RUN): where 03, 04 and 05 write."""
+    return Workspace(output_dir).run(run)
+
+
 def run_folder(output_dir: Path, run: str = RUN) -> Path:
     """output_dir/runs/RUN: where 03, 04 and 05 write for the tests' run."""
-    return Path(output_dir) / "runs" / run
+    return run_of(output_dir, run).path
+
+
+def fold0_folder(output_dir: Path, run: str = RUN) -> ModelFolder:
+    """The tests' run's fold0/ (a ModelFolder)."""
+    return run_of(output_dir, run).fold(0)
 
 
 def fold0(output_dir: Path, run: str = RUN) -> Path:
-    return run_folder(output_dir, run) / "fold0"
+    return fold0_folder(output_dir, run).path
 
 
 def shared_file(*parts: str) -> Path:
@@ -53,11 +63,13 @@ def preprocess_real_rows(tmp: Path, train_file: str, assign_row_ids: bool = Fals
     for name in ("questions.csv", "lectures.csv"):
         shutil.copyfile(shared_file("riiid_metadata", name), input_dir / name)
     output_dir = tmp / "output"
+    workspace = Workspace(output_dir)
     preprocess(
-        PreprocessConfig(input_dir, output_dir, assign_row_ids=assign_row_ids, progress=False)
+        PreprocessConfig(input_dir, output_dir, assign_row_ids=assign_row_ids, progress=False),
+        workspace,
     )
-    data_dir = output_dir / DATA_SUBDIR
-    return output_dir, TrainArrays.load(data_dir), question_parts(load_questions(data_dir))
+    data = workspace.data
+    return output_dir, TrainArrays.load(data), question_parts(load_questions(data))
 
 
 # Tests' demos cap a history at 1,000 events: the simulation steps once per event of the
@@ -80,8 +92,9 @@ def make_tiny_demo(
     input_dir = tmp / "input"
     make_demo(tiny_demo_config(users, questions, seed, **options), input_dir)
     output_dir = tmp / "output"
-    preprocess(PreprocessConfig(input_dir, output_dir, progress=False))
-    make_folds(output_dir, FoldConfig(n_folds=5, seed=seed))
+    workspace = Workspace(output_dir)
+    preprocess(PreprocessConfig(input_dir, output_dir, progress=False), workspace)
+    make_folds(workspace, FoldConfig(n_folds=5, seed=seed))
     return output_dir
 
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from bench.bench_defaults import schedule_text
 from bench.fold_run import FoldRun
+from common.workspace import Workspace
 from tests.helpers import REPO
 
 
 def test_commands_point_03_and_04_at_the_fold():
-    fold = FoldRun(Path("out"), "variant", 2)
-    assert fold.folder == Path("out/runs/variant/fold2")
+    fold = FoldRun(Workspace(Path("out")), "variant", 2)
+    assert fold.folder.path == Path("out/runs/variant/fold2")
     where = ["--output-dir", "out", "--run", "variant", "--fold", "2"]
     train = fold.train_command(["--epochs", 3])
     assert train[1:] == [str(REPO / "03_train.py"), *where, "--epochs", "3", "--resume",
@@ -24,18 +25,18 @@ def test_commands_point_03_and_04_at_the_fold():
 
 
 def test_the_layout_before_runs_has_no_run_flag():
-    fold = FoldRun(Path("out"), None)
-    assert fold.folder == Path("out/fold0")
+    fold = FoldRun(Workspace(Path("out")), None)
+    assert fold.folder.path == Path("out/fold0")
     assert fold.where() == ["--output-dir", "out", "--fold", "0"]
 
 
 def test_resumes_are_kept_in_the_fold_folder(tmp_path: Path):
-    fold = FoldRun(tmp_path)
+    fold = FoldRun(Workspace(tmp_path))
     assert fold.resumed_after() == [] and fold.trained_epochs() == 0
-    fold.folder.mkdir(parents=True)
+    fold.folder.path.mkdir(parents=True)
     fold.note_resumed_after(6)
     fold.note_resumed_after(8)
-    assert FoldRun(tmp_path).resumed_after() == [6, 8]
+    assert FoldRun(Workspace(tmp_path)).resumed_after() == [6, 8]
 
 
 def test_schedule_reads_as_the_recorded_defaults_table():

@@ -13,7 +13,9 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from bench.fold_run import FoldRun
 from bench.kt.run import report_lock
+from common.workspace import Workspace
 from tests.helpers import REPO, SHARED_DATA, shared_file
 
 
@@ -40,8 +42,9 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert len(results) == 1, sorted(str(p) for p in work.rglob("*.json"))
     result = json.loads(results[0].read_text())
     # the model's AUC is that of its own streamed predictions of the fold
-    fold_dir = results[0].parents[1] / "runs" / "bench" / "fold0"  # FoldRun(model dir).folder
-    streamed = pd.read_parquet(fold_dir / "stream_predictions.parquet")
+    folder = FoldRun(Workspace(results[0].parents[1])).folder  # the model dir's fold 0
+    assert folder.path == results[0].parents[1] / "runs" / "bench" / "fold0"
+    streamed = pd.read_parquet(folder.stream_predictions)
     recomputed = roc_auc_score(streamed["answered_correctly"], streamed["prediction"])
     assert result["scores"]["model"]["auc"] == pytest.approx(recomputed, abs=1e-12)
     baselines = ("question rate", "student + question", "boosted features")
@@ -91,10 +94,10 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
 
 def test_report_lock_excludes_a_second_holder_until_released(tmp_path):
     """Two KT benchmark jobs on one model dir take turns at 05 and its read-back."""
-    model_dir = tmp_path / "model"
+    model_dir = Workspace(tmp_path / "model")
 
     def try_lock() -> bool:
-        with open(model_dir / "report.lock", "w") as other:
+        with open(model_dir.path / "report.lock", "w") as other:
             try:
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -24,8 +24,8 @@ from bench.kt.peer_data import concept_ids, fold_splits, peer_fold_dir, student_
 from bench.kt.plans import DatasetPlan
 from common.data.dataset import Dataset
 from common.data.fold_data import load_fold_data
-from common.layout import STREAM_PREDICTIONS
 from common.metrics import paired_bootstrap_auc_difference
+from common.workspace import Workspace
 from tests.helpers import REPO
 
 # ---------------------------------------------------------------------------------------
@@ -135,8 +135,9 @@ def bundled_prep(tmp_path_factory):
 
 
 def test_fold_steps_put_an_attempts_rows_in_one_step_and_map_every_scored_row(bundled_prep):
-    dataset = Dataset.load(bundled_prep)
-    data = load_fold_data(bundled_prep, 0, inner_share=0.25, seed=0, dataset=dataset)
+    workspace = Workspace(bundled_prep)
+    dataset = Dataset.of(workspace)
+    data = load_fold_data(workspace, 0, inner_share=0.25, seed=0)
     splits, meta = fold_splits(dataset, data)
     test, inner, train = splits["test"], splits["inner"], splits["train"]
     # 7 rows per student, 5 attempts: problem 7's two rows share a step, twice
@@ -161,7 +162,7 @@ def test_fold_steps_put_an_attempts_rows_in_one_step_and_map_every_scored_row(bu
 
 
 def test_concepts_are_skill_sets_and_skill_level_data_has_no_questions(bundled_prep):
-    dataset = Dataset.load(bundled_prep)
+    dataset = Dataset.load(Workspace(bundled_prep))
     concept, has_questions = concept_ids(dataset)
     tags = dataset.questions.set_index("question_id")["tags"]
     for a in range(len(concept)):
@@ -174,8 +175,9 @@ def test_concepts_are_skill_sets_and_skill_level_data_has_no_questions(bundled_p
 
 
 def test_fold_steps_refuse_a_container_with_two_questions(bundled_prep):
-    dataset = Dataset.load(bundled_prep)
-    data = load_fold_data(bundled_prep, 0, dataset=dataset)
+    workspace = Workspace(bundled_prep)
+    dataset = Dataset.of(workspace)
+    data = load_fold_data(workspace, 0)
     steps = student_steps(data)
     shared = np.flatnonzero(np.bincount(steps.entry_step) == 2)[0]
     second = np.flatnonzero(steps.entry_step == shared)[1]
@@ -207,7 +209,7 @@ def test_paired_bootstrap_difference_is_the_auc_gap_with_an_interval_around_it()
 def test_fold_rows_refuse_a_peer_that_missed_a_common_row(tmp_path):
     plan = DatasetPlan("toy", "s", (), 1, "")
     ctx = SimpleNamespace(dataset_dir=lambda p: tmp_path / "ds", args=SimpleNamespace())
-    model_dir = tmp_path / "model"
+    model_dir = Workspace(tmp_path / "model")
     folder = peer_fold_dir(ctx, plan, 0)
     folder.mkdir(parents=True)
     # two students of 3 steps; the first step of each has no peer prediction
@@ -216,7 +218,7 @@ def test_fold_rows_refuse_a_peer_that_missed_a_common_row(tmp_path):
         test_row_id=np.arange(10, 16), test_row_step=np.arange(6),
         test_c=np.array([1, 1, 2, 0, 3, 3]),
     )  # fmt: skip
-    stream = FoldRun(model_dir, fold=0).folder / STREAM_PREDICTIONS
+    stream = FoldRun(model_dir, fold=0).folder.stream_predictions
     stream.parent.mkdir(parents=True)
     ours = pd.DataFrame({"row_id": np.arange(10, 16), "answered_correctly": [0, 1, 0, 1, 1, 0]})
     for column in peer_scores.OURS:

@@ -23,7 +23,8 @@ from common.model.difficulty import (
     smoothed_correct_rate,
 )
 from common.model.saint import SAINT, ModelConfig
-from tests.helpers import RUN, fold0, make_tiny_demo
+from common.workspace import Workspace
+from tests.helpers import RUN, fold0_folder, make_tiny_demo
 
 
 def sequences_of(students: list[list[tuple[int, int]]]) -> QuestionSequences:
@@ -128,7 +129,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fold(demo: Path) -> FoldData:
-    data = load_fold_data(demo, 0)
+    data = load_fold_data(Workspace(demo), 0)
     assert len(data.valid_students) > 0
     return data
 
@@ -219,10 +220,10 @@ def test_train_script_with_difficulty_buckets(demo: Path, fold: FoldData, run_sc
         "03_train.py", *flags, "--run", RUN, "--difficulty-buckets", 10, "--output-dir", demo
     )
     assert done.returncode == 0, done.stderr
-    model, checkpoint = load_model(fold0(demo) / "best.pt")
+    model, checkpoint = load_model(fold0_folder(demo).checkpoint())
     assert checkpoint["model_config"]["difficulty_buckets"] == 10
     # from the rows it trained on: the fold's training rows but the inner split's
-    fit_length = load_fold_data(demo, 0, inner_share=0.1, seed=0).fit_length
+    fit_length = load_fold_data(Workspace(demo), 0, inner_share=0.1, seed=0).fit_length
     assert (fit_length <= fold.train_length).all() and (fit_length < fold.train_length).any()
     expected = question_difficulty_buckets(fold.sequences, fit_length, fold.n_questions, 10)
     assert np.array_equal(model.question_difficulty.numpy(), expected)

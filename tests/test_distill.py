@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from common.model.checkpoint import save_checkpoint
 from common.model.distill import distillation_loss, load_teacher
 from common.model.saint import SAINT, ModelConfig
-from tests.helpers import RUN, fold0, make_tiny_demo, run_folder, train_config
+from common.workspace import Workspace
+from tests.helpers import RUN, fold0_folder, make_tiny_demo, run_of, train_config
 
 # 2 students x 3 positions; the last position of student 1 is padding, with logits that
 # would dominate every term if they were counted
@@ -222,7 +223,7 @@ def test_train_script_distills_from_a_teacher(tmp_path: Path, run_script) -> Non
     done = run_script("03_train.py", *TINY_FLAGS, "--d-model", 32, *teacher_run)
     assert done.returncode == 0, done.stderr
     teacher_path = tmp_path / "teacher.pt"
-    shutil.copyfile(fold0(output, "teacher") / "best.pt", teacher_path)
+    shutil.copyfile(fold0_folder(output, "teacher").checkpoint(), teacher_path)
     teacher_config = torch.load(teacher_path, weights_only=False)["model_config"]
 
     done = run_script(
@@ -242,7 +243,7 @@ def test_train_script_distills_from_a_teacher(tmp_path: Path, run_script) -> Non
         RUN,
     )
     assert done.returncode == 0, done.stderr
-    checkpoint = torch.load(fold0(output) / "best.pt", weights_only=False)
+    checkpoint = torch.load(fold0_folder(output).checkpoint(), weights_only=False)
     assert checkpoint["model_config"]["d_model"] == 16
     assert checkpoint["teacher"] == {"path": str(teacher_path), "model_config": teacher_config}
     assert checkpoint["train_config"]["distill_alpha"] == 0.7
@@ -255,20 +256,20 @@ def test_trainer_rejects_an_incompatible_teacher(tmp_path: Path) -> None:
     from common.train.trainer import Trainer
 
     output = make_tiny_demo(tmp_path, users=30)
-    data = load_fold_data(output, 0)
+    data = load_fold_data(Workspace(output), 0)
     teacher_config = small_config(n_questions=data.n_questions, encoder_layers=3)
     teacher = write_teacher(tmp_path / "teacher.pt", teacher_config, data.fingerprint)
     config = train_config(
         d_model=16, heads=4, layers=1, window=40, teacher=str(teacher), select_on="fold"
     )
     with pytest.raises(ValueError, match="shorter than the student's 40"):
-        Trainer(config, run_folder(output), data, torch.device("cpu"))
+        Trainer(config, run_of(output), data, torch.device("cpu"))
     # a deeper teacher sees further back: the student's sequences carry its context
     trainer = Trainer(
         train_config(
             d_model=16, heads=4, layers=1, window=20, teacher=str(teacher), select_on="fold"
         ),
-        run_folder(output),
+        run_of(output),
         data,
         torch.device("cpu"),
     )

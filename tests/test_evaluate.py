@@ -16,14 +16,12 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from common import layout
 from common.data.arrays import TrainArrays
 from common.data.dataset import Dataset
 from common.data.features import build_sequences
 from common.data.fold_data import Fold, FoldMismatchError, fold_fingerprint, load_fold_data
 from common.data.folds import FoldConfig, make_folds
 from common.data.question_rates import question_rates, training_entries
-from common.layout import DATA_SUBDIR, INNER_PREDICTIONS, fold_dir
 from common.metrics import (
     bootstrap_auc_interval,
     f1_optimal_threshold,
@@ -35,8 +33,10 @@ from common.model.boosting import FeatureBaselineConfig
 from common.report.baselines import revealed_history, student_question_blend
 from common.report.evaluate import EvaluateConfig, evaluate, slice_table
 from common.report.scored_rows import container_sizes, selection_note
+from common.runs.artefacts import inner_predictions
 from common.stream.emulator import Emulator
-from tests.helpers import RUN, fold0, run_folder
+from common.workspace import FoldsFolder, Workspace
+from tests.helpers import RUN, fold0_folder, run_of
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -255,8 +255,9 @@ def test_running_mean_ignores_own_container_and_later_rows():
 def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int, seed: int):
     """Stream the fold through the emulator with a noisy copy of the true probability,
     and write what 04_infer.py writes for 05 (predictions and a history)."""
-    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
-    fold = Fold.load(output_dir, fold_index)
+    workspace = Workspace(output_dir)
+    arrays = TrainArrays.load(workspace.data)
+    fold = Fold.load(workspace, fold_index)
     truth = pd.read_csv(input_dir / "demo_truth.csv").set_index("row_id")["p_true"]
     rng = np.random.default_rng(seed)
     env = Emulator.from_fold(arrays, fold)
@@ -268,22 +269,22 @@ def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int,
     results = env.results()
     student = np.searchsorted(arrays.offsets, results["global_row"].to_numpy(), side="right") - 1
     results["new_student"] = fold.user_cut[student] == 0
-    fold_dir = layout.fold_dir(run_folder(output_dir), fold_index)
-    fold_dir.mkdir(parents=True, exist_ok=True)
-    results.to_parquet(fold_dir / "stream_predictions.parquet", index=False)
+    folder = workspace.run(RUN).fold(fold_index)
+    folder.path.mkdir(parents=True, exist_ok=True)
+    results.to_parquet(folder.stream_predictions, index=False)
     summary = {
-        "fold_fingerprint": fold_fingerprint(output_dir, fold_index),
+        "fold_fingerprint": fold_fingerprint(workspace, fold_index),
         "checkpoint": "-",
         "checkpoint_epoch": 3,
     }
-    (fold_dir / "stream_summary.json").write_text(json.dumps(summary))
+    folder.stream_summary.write_text(json.dumps(summary))
     # what 03 writes beside best.pt: the inner split's predictions (a noisier copy)
-    data = load_fold_data(output_dir, fold_index, inner_share=0.1, seed=0)
+    data = load_fold_data(workspace, fold_index, inner_share=0.1, seed=0)
     inner_rows = data.sequences.row[data.inner_tails.flat_index(data.sequences)]
     p = truth.reindex(np.asarray(arrays["row_id"])[inner_rows]).to_numpy()
     noisy = np.clip(p + rng.normal(0, 0.3, len(p)), 0.01, 0.99)
     inner = pd.DataFrame({"global_row": inner_rows, "prediction": noisy, "epoch": 3})
-    inner.to_parquet(fold_dir / INNER_PREDICTIONS, index=False)
+    inner.to_parquet(folder.inner_predictions, index=False)
     history = pd.DataFrame(
         {
             "epoch": [1, 2, 3],
@@ -294,7 +295,7 @@ def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int,
             "fold_auc": [0.68, 0.71, 0.72],
         }
     )
-    history.to_csv(fold_dir / "history.csv", index=False)
+    history.to_csv(folder.history, index=False)
 
 
 @pytest.fixture(scope="module")
@@ -302,8 +303,9 @@ def tiny_run(demo_input: Path, demo_output: Path, tmp_path_factory) -> Path:
     """The session's 150-student demo (through 01) with its own folds (02) and stream
     predictions for folds 0 and 1; demo_input holds demo_truth.csv."""
     output_dir = tmp_path_factory.mktemp("evaluate") / "output"
-    shutil.copytree(demo_output / DATA_SUBDIR, output_dir / DATA_SUBDIR)
-    make_folds(output_dir, FoldConfig(n_folds=5, seed=0))
+    workspace = Workspace(output_dir)
+    shutil.copytree(Workspace(demo_output).data.path, workspace.data.path)
+    make_folds(workspace, FoldConfig(n_folds=5, seed=0))
     for k in (0, 1):
         write_stream_predictions(output_dir, demo_input, k, seed=k)
     return output_dir
@@ -315,7 +317,7 @@ def tiny_report(tiny_run: Path, demo_input: Path, run_script) -> tuple[Path, str
     load = Fold.load.__func__
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
-            Fold, "load", classmethod(lambda cls, out, k: loads.append(k) or load(cls, out, k))
+            Fold, "load", classmethod(lambda cls, ws, k: loads.append(k) or load(cls, ws, k))
         )
         result = run_script(
             "05_evaluate.py",
@@ -336,7 +338,8 @@ def tiny_report(tiny_run: Path, demo_input: Path, run_script) -> tuple[Path, str
 @pytest.mark.slow
 def test_report_has_tables_and_headline(tiny_report):
     output_dir, stdout = tiny_report
-    report = (run_folder(output_dir) / "report.md").read_text()
+    run = run_of(output_dir)
+    report = run.report_file.read_text()
     for heading in ("## Headline", "## Metrics", "## Slices", "## Figures", "## How measured"):
         assert heading in report
     assert report.index("## Headline") < report.index("## Metrics")
@@ -345,13 +348,13 @@ def test_report_has_tables_and_headline(tiny_report):
     assert "Checkpoints: fold 0: - (epoch 3), named by hand; fold 1:" in report
     assert "**Blend AUC" in report and "No blend" not in report
     # the trees' permutation importance on the inner splits: named, largest first, plotted
-    summary = json.loads((run_folder(output_dir) / "report" / "summary.json").read_text())
+    summary = json.loads(run.report.summary.read_text())
     importance = summary["tree_importance"]  # (summary.json's keys are sorted by name)
     top = max(importance, key=lambda name: importance[name][0])
     assert len(importance) > 10 and importance[top][0] > 0
     assert f"The boosted features lean most on {top} ({importance[top][0]:.4f})" in report
 
-    metrics = pd.read_csv(run_folder(output_dir) / "report" / "metrics.csv")
+    metrics = pd.read_csv(run.report.table("metrics", "csv"))
     assert set(metrics["fold"].astype(str)) == {"0", "1", "pooled"}
     assert set(metrics["scorer"]) == {
         "model",
@@ -370,18 +373,18 @@ def test_report_has_tables_and_headline(tiny_report):
     assert pooled.loc["oracle", "auc"] > pooled.loc["question rate", "auc"]
     # the boosted features learn the students: above both simple baselines
     assert pooled.loc["boosted features", "auc"] > pooled.loc["student + question", "auc"]
-    summary = json.loads((run_folder(output_dir) / "report" / "summary.json").read_text())
+    summary = json.loads(run.report.summary.read_text())
     assert set(summary["blend"]) == {"0", "1"}
     assert summary["blend_auc"] == pytest.approx(
         pooled.loc["blend: model + boosted features", "auc"]
     )
 
-    slices = pd.read_csv(run_folder(output_dir) / "report" / "slices.csv", keep_default_na=False)
+    slices = pd.read_csv(run.report.table("slices", "csv"), keep_default_na=False)
     # new and continuing rows counted from the folds themselves (cut 0: new)
-    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    arrays = TrainArrays.load(run.workspace.data)
     expected = {"new": 0, "continuing": 0}
     for k in (0, 1):
-        fold = Fold.load(output_dir, k)
+        fold = Fold.load(run.workspace, k)
         stream = fold.stream_index[np.asarray(arrays["content_type_id"])[fold.stream_index] == 0]
         student = np.searchsorted(arrays.offsets, stream, side="right") - 1
         expected["new"] += int((fold.user_cut[student] == 0).sum())
@@ -398,9 +401,10 @@ def test_report_has_tables_and_headline(tiny_report):
 @pytest.mark.slow
 def test_report_figures_are_png(tiny_report):
     output_dir, _ = tiny_report
-    report = (run_folder(output_dir) / "report.md").read_text()
+    run = run_of(output_dir)
+    report = run.report_file.read_text()
     for name in ("roc.png", "reliability.png", "training_curves.png", "tree_importance.png"):
-        path = run_folder(output_dir) / "report" / name
+        path = run.report.path / name
         assert f"](report/{name})" in report
         assert path.read_bytes()[:8] == PNG_SIGNATURE
         image = plt.imread(path)
@@ -411,18 +415,18 @@ def test_report_figures_are_png(tiny_report):
 def test_labels_in_predictions_are_checked(tiny_run: Path, tmp_path: Path):
     output_dir = tmp_path / "output"
     shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
-    path = fold0(output_dir) / "stream_predictions.parquet"
+    path = fold0_folder(output_dir).stream_predictions
     predictions = pd.read_parquet(path)
     predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
     predictions.to_parquet(path, index=False)
     config = EvaluateConfig(folds=[0], bootstrap=0, progress=False, feature_baseline=False)
     with pytest.raises(ValueError, match="answered_correctly"):
-        evaluate(output_dir, tmp_path / "no_input", config, RUN)
+        evaluate(run_of(output_dir), tmp_path / "no_input", config)
 
     predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
     pd.concat([predictions, predictions.iloc[:1]]).to_parquet(path, index=False)
     with pytest.raises(ValueError, match="once"):
-        evaluate(output_dir, tmp_path / "no_input", config, RUN)
+        evaluate(run_of(output_dir), tmp_path / "no_input", config)
 
 
 @pytest.mark.slow
@@ -432,18 +436,19 @@ def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
     output_dir = tmp_path / "output"
     shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
     config = EvaluateConfig(folds=[0], bootstrap=0, progress=False, feature_baseline=False)
-    evaluate(output_dir, tmp_path / "no_input", config, RUN)  # the folds it was made with
-    old = fold_fingerprint(output_dir, 0)["sha256"]
+    evaluate(run_of(output_dir), tmp_path / "no_input", config)  # the folds it was made with
+    old = fold_fingerprint(Workspace(output_dir), 0)["sha256"]
     kept = tmp_path / "kept_folds"
-    shutil.copytree(output_dir / "folds", kept)
-    make_folds(output_dir, FoldConfig(n_folds=5, seed=1))
-    new = fold_fingerprint(output_dir, 0)["sha256"]
+    shutil.copytree(Workspace(output_dir).folds.path, kept)
+    make_folds(Workspace(output_dir), FoldConfig(n_folds=5, seed=1))
+    new = fold_fingerprint(Workspace(output_dir), 0)["sha256"]
     with pytest.raises(FoldMismatchError, match=f"fingerprint {old}.*fingerprint {new}"):
-        evaluate(output_dir, tmp_path / "no_input", config, RUN)
+        evaluate(run_of(output_dir), tmp_path / "no_input", config)
     # the old fold config with another split's cuts (folds of other data, say): refused too
-    shutil.copyfile(kept / "folds.json", output_dir / "folds" / "folds.json")
+    manifest = Workspace(output_dir).folds.manifest
+    shutil.copyfile(FoldsFolder(kept).manifest, manifest)
     with pytest.raises(FoldMismatchError, match=f"fingerprint {old}"):
-        evaluate(output_dir, tmp_path / "no_input", config, RUN)
+        evaluate(run_of(output_dir), tmp_path / "no_input", config)
 
 
 def test_selection_note_says_what_chose_each_checkpoint():
@@ -479,8 +484,9 @@ def test_blend_weight_follows_the_better_scorer():
 def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
     """The weight comes from the inner predictions and a baseline fitted without the
     inner rows: the scored rows play no part, and other inner predictions move it."""
-    data = Dataset.load(tiny_run)
-    fold = Fold.load(tiny_run, 0)
+    run = run_of(tiny_run)
+    data = Dataset.load(run.workspace)
+    fold = Fold.load(run.workspace, 0)
     cut_row = data.arrays.offsets[:-1] + fold.user_cut
     fitted_on = []
     real_fit = blend.fit_feature_baseline
@@ -491,14 +497,14 @@ def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
 
     monkeypatch.setattr(blend, "fit_feature_baseline", spy)
     choose = lambda epoch: blend.choose_fold_blend(  # noqa: E731
-        run_folder(tiny_run), fold, data, epoch, FeatureBaselineConfig()
+        inner_predictions(run.fold(0)), fold, data, epoch, FeatureBaselineConfig()
     )
     choice, reason = choose(3)
     assert reason == "" and choice.inner_rows > 100
     # the trees' permutation importance on those inner rows, largest first
     drops = [mean for mean, _ in choice.importance.values()]
     assert len(drops) > 10 and drops == sorted(drops, reverse=True) and drops[0] > 0
-    inner = pd.read_parquet(fold_dir(run_folder(tiny_run), 0) / INNER_PREDICTIONS)
+    inner = pd.read_parquet(run.fold(0).inner_predictions)
     entries = np.searchsorted(data.sequences.row, inner["global_row"].to_numpy())
     train = fitted_on[0]
     assert not train[entries].any()  # the baseline never saw the rows that choose
@@ -515,10 +521,10 @@ def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
     saved = inner.copy()
     try:
         inner["prediction"] = np.random.default_rng(1).uniform(0.01, 0.99, len(inner))
-        inner.to_parquet(fold_dir(run_folder(tiny_run), 0) / INNER_PREDICTIONS, index=False)
+        inner.to_parquet(run.fold(0).inner_predictions, index=False)
         flipped, _ = choose(3)
     finally:
-        saved.to_parquet(fold_dir(run_folder(tiny_run), 0) / INNER_PREDICTIONS, index=False)
+        saved.to_parquet(run.fold(0).inner_predictions, index=False)
     assert flipped.weight < choice.weight
 
     none, reason = choose(4)  # another checkpoint streamed: its weight is unknown

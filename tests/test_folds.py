@@ -15,7 +15,7 @@ import pytest
 from common.data.arrays import TrainArrays, container_starts
 from common.data.fold_data import Fold, load_fold_config
 from common.data.folds import STRATEGIES, FoldConfig, make_folds, read_row_folds
-from common.layout import DATA_SUBDIR, FOLDS_SUBDIR
+from common.workspace import Workspace
 
 # One configuration per strategy, sized for the ~49,000-row, 150-student demo.
 CONFIGS = {
@@ -62,13 +62,14 @@ def write_user_folds(arrays: TrainArrays, n_folds: int, path: Path) -> np.ndarra
 
 def build(demo_output: Path, dest: Path, config: FoldConfig) -> Built:
     output_dir, input_dir = dest / "output", dest / "input"
-    shutil.copytree(demo_output / DATA_SUBDIR, output_dir / DATA_SUBDIR)
+    workspace = Workspace(output_dir)
+    shutil.copytree(Workspace(demo_output).data.path, workspace.data.path)
     input_dir.mkdir()
-    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    arrays = TrainArrays.load(workspace.data)
     if config.strategy == "dataset":
         write_user_folds(arrays, config.n_folds, input_dir / "user_folds.csv")
-    stats = make_folds(output_dir, config, input_dir)
-    folds = [Fold.load(output_dir, k) for k in range(config.n_folds)]
+    stats = make_folds(workspace, config, input_dir)
+    folds = [Fold.load(workspace, k) for k in range(config.n_folds)]
     return Built(config, output_dir, input_dir, arrays, folds, stats)
 
 
@@ -95,7 +96,7 @@ def test_row_folds_csv_lists_each_folds_validation_rows(built: Built) -> None:
     """folds/row_folds.csv says what the fold files say, by row_id: fold k's validation
     lines are exactly the rows its stream holds; with folds that share no student (every
     strategy but virtual-time) one line per row, history lines before a student's cut."""
-    table = read_row_folds(built.output_dir / FOLDS_SUBDIR / "row_folds.csv")
+    table = read_row_folds(Workspace(built.output_dir).folds.row_folds)
     row_id = np.asarray(built.arrays["row_id"])
     valid = table[table["role"] == "validation"]
     for fold in built.folds:
@@ -178,7 +179,8 @@ def test_validation_students_are_disjoint(strategy: str, folds_of) -> None:
 
 
 def folder_bytes(output_dir: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((output_dir / FOLDS_SUBDIR).iterdir())}
+    folds = Workspace(output_dir).folds.path
+    return {p.name: p.read_bytes() for p in sorted(folds.iterdir())}
 
 
 def test_seed_fixes_the_artifact(built: Built, demo_output: Path, tmp_path: Path) -> None:
@@ -186,7 +188,8 @@ def test_seed_fixes_the_artifact(built: Built, demo_output: Path, tmp_path: Path
     assert folder_bytes(same.output_dir) == folder_bytes(built.output_dir)
     other = build(demo_output, tmp_path / "other", replace(built.config, seed=1))
     first, second = folder_bytes(built.output_dir), folder_bytes(other.output_dir)
-    assert all(first[f"fold{k}.npz"] != second[f"fold{k}.npz"] for k in range(len(built.folds)))
+    names = [Workspace(built.output_dir).folds.fold(k).name for k in range(len(built.folds))]
+    assert all(first[name] != second[name] for name in names)
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,13 +259,14 @@ def test_dataset_follows_user_folds(folds_of) -> None:
 
 def test_script_prints_each_fold(demo_output: Path, tmp_path: Path, run_script) -> None:
     output_dir = tmp_path / "output"
-    shutil.copytree(demo_output / DATA_SUBDIR, output_dir / DATA_SUBDIR)
+    workspace = Workspace(output_dir)
+    shutil.copytree(Workspace(demo_output).data.path, workspace.data.path)
     result = run_script("02_make_folds.py", "--output-dir", output_dir, "--n-folds", 3, "--seed", 5)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "strategy user, 3 folds, seed 5"
-    assert lines[-1] == f"wrote {output_dir / FOLDS_SUBDIR}"
-    stats = load_fold_config(output_dir)["folds"]
+    assert lines[-1] == f"wrote {workspace.folds.path}"
+    stats = load_fold_config(workspace)["folds"]
     pattern = re.compile(
         r"fold (\d): train rows ([\d,]+)  valid rows ([\d,]+)  valid students ([\d,]+) "
         r"\(new ([\d,]+)\)  questions ([\d.]+)  correct ([\d.]+)"

@@ -37,8 +37,8 @@ def is_type_checking_block(node: ast.AST) -> bool:
 
 
 def imported_modules(node: ast.AST) -> list[str]:
-    """The modules of `common` an import statement names ('from common import layout'
-    names common.layout)."""
+    """The modules of `common` an import statement names ('from common import cli'
+    names common.cli)."""
     if isinstance(node, ast.ImportFrom) and node.module:
         if node.module == "common" or (node.module.startswith("common.") and node.level == 0):
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
@@ -154,11 +154,11 @@ def test_the_direction_check_finds_an_upward_import():
         "common.data.arrays": {"common.files"},
         "common.model.saint": {"common.data.arrays", "common.stream.online"},
         "common.stream.online": {"common.model.saint"},
-        "common.layout": {"common.data.arrays"},
+        "common.workspace": {"common.data.arrays"},
     }
     assert upward_imports(graph) == [
-        "common.layout (ground) -> common.data.arrays (data)",
         "common.model.saint (model) -> common.stream.online (stream)",
+        "common.workspace (ground) -> common.data.arrays (data)",
     ]
 
 

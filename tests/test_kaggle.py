@@ -23,7 +23,6 @@ from common.data.dataset import Dataset
 from common.data.fold_data import Fold, load_fold_data
 from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
-from common.layout import FEATURE_SNAPSHOT_FILE, SNAPSHOT_FILE
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import BLEND
 from common.model.boosting import FEATURE_BASELINE, FeatureBaselineConfig, fit_feature_baseline
@@ -34,22 +33,17 @@ from common.report.baselines import BaselineConfig
 from common.report.scored_rows import MODEL, load_fold_rows
 from common.stream.blend_state import BlendState
 from common.stream.emulator import Emulator, EmulatorConfig
-from common.stream.kaggle_export import (
-    NOTEBOOK_FILE,
-    KaggleIds,
-    bundle_modules,
-    export_kaggle,
-    kernel_metadata,
-)
+from common.stream.kaggle_export import KaggleIds, bundle_modules, export_kaggle, kernel_metadata
 from common.stream.kaggle_notebook import COMPETITION, ApiNotFound, bundle_state, import_api
 from common.stream.online import build_snapshot
+from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 from tests.helpers import (
     REPO,
     RUN,
     make_tiny_demo,
     preprocess_real_rows,
-    run_folder,
     run_numbered_script,
+    run_of,
     shared_file,
 )
 from tests.test_stream import random_model
@@ -173,10 +167,10 @@ def example_stream(train: pd.DataFrame) -> pd.DataFrame:
     return example.reset_index(drop=True)
 
 
-def fit_blend(output_dir: Path, folder: Path, weight: float) -> BlendBundle:
+def fit_blend(output_dir: Path, folder: ModelFolder, weight: float) -> BlendBundle:
     """Trees fitted on every question row of output_dir's data, with the model's `weight`
     in the blend, written into `folder` beside a checkpoint (as 04 writes them)."""
-    data = Dataset.load(output_dir)
+    data = Dataset.load(Workspace(output_dir))
     skill = question_skills(data.questions, data.n_questions)
     every = np.ones(len(data.sequences.row), dtype=bool)
     fitted = fit_feature_baseline(
@@ -194,11 +188,16 @@ def exported(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("kaggle")
     output_dir, _, _ = preprocess_real_rows(tmp, "train_strict_format_5users.csv")
     model = random_model(13523)
-    checkpoint = tmp / "fold0" / "best.pt"
-    save_model(checkpoint, model, epoch=3)
-    fit_blend(output_dir, checkpoint.parent, weight=0.5)
+    source = ModelFolder(tmp / ModelFolder.name_of(0))
+    source.path.mkdir()
+    save_model(source.checkpoint(), model, epoch=3)
+    fit_blend(output_dir, source, weight=0.5)
     dataset, kernel = export_kaggle(
-        output_dir, checkpoint, "fold0", tmp / "kaggle", KaggleIds(DATASET_ID)
+        Workspace(output_dir),
+        source,
+        ModelFolder.BEST,
+        KaggleFolder(tmp / "kaggle"),
+        KaggleIds(DATASET_ID),
     )
     train = pd.read_csv(shared_file("riiid_train_sample", "train_strict_format_5users.csv"))
     stream = tmp / "stream.csv"
@@ -209,7 +208,8 @@ def exported(tmp_path_factory):
 def local_predictions(exported, stream: pd.DataFrame | None = None) -> pd.Series:
     """The stream through this repository's state for the bundle (the model's and the
     trees' features side by side), from the exported state."""
-    state = bundle_state(exported["dataset"], "fold0", exported["model"], CPU, 4096, 10**12)
+    bundle = Bundle(exported["dataset"])
+    state = bundle_state(bundle, "fold0", exported["model"], CPU, 4096, 10**12)
     assert isinstance(state, BlendState)
     predicted = {}
     stream = pd.read_csv(exported["stream"]) if stream is None else stream
@@ -221,13 +221,13 @@ def local_predictions(exported, stream: pd.DataFrame | None = None) -> pd.Series
 
 
 def test_notebook_and_metadata(exported):
-    nb = nbformat.read(exported["kernel"] / NOTEBOOK_FILE, as_version=4)
+    nb = nbformat.read(exported["kernel"] / KaggleFolder.NOTEBOOK, as_version=4)
     nbformat.validate(nb)
     assert [c.cell_type for c in nb.cells] == ["code"]
     assert 'run_submission(BUNDLE, model="fold0")' in nb.cells[0].source
-    kernel = json.loads((exported["kernel"] / "kernel-metadata.json").read_text())
+    kernel = json.loads((exported["kernel"] / KaggleFolder.KERNEL_METADATA).read_text())
     assert kernel["id"] == "someone/riiid-saint-submission"
-    assert kernel["code_file"] == NOTEBOOK_FILE
+    assert kernel["code_file"] == KaggleFolder.NOTEBOOK
     assert kernel["competition_sources"] == [COMPETITION]
     assert kernel["dataset_sources"] == [DATASET_ID]
     assert kernel["enable_internet"] is False and kernel["enable_gpu"] is True
@@ -235,12 +235,12 @@ def test_notebook_and_metadata(exported):
     pinned = kernel_metadata(KaggleIds(DATASET_ID, docker_image="gcr.io/kaggle-gpu-images/x"))
     assert pinned["docker_image"] == "gcr.io/kaggle-gpu-images/x"
     assert pinned["docker_image_pinning_type"] == "original"
-    dataset = json.loads((exported["dataset"] / "dataset-metadata.json").read_text())
+    dataset = json.loads(Bundle(exported["dataset"]).metadata.read_text())
     assert dataset["id"] == DATASET_ID and dataset["title"] == "riiid-saint"
 
 
 def test_the_bundle_ships_the_inference_modules_only(exported):
-    code = exported["dataset"] / "code"
+    code = Bundle(exported["dataset"]).code
     shipped = {
         ".".join(p.relative_to(code).with_suffix("").parts).removesuffix(".__init__")
         for p in code.rglob("*.py")
@@ -255,7 +255,7 @@ def test_the_bundle_ships_the_inference_modules_only(exported):
 def test_bundle_code_needs_nothing_newer_than_python_37(exported):
     """vermin, a static minimum-version checker, over the shipped code: it fails on
     syntax and standard-library use newer than 3.7 (zip(strict=), walrus, ...)."""
-    code = exported["dataset"] / "code"
+    code = Bundle(exported["dataset"]).code
     checked = subprocess.run(
         [VERMIN, "-t=3.7-", "--violations", "--no-tips", str(code)],
         capture_output=True,
@@ -275,7 +275,7 @@ def run_cell(
     api = kaggle_input / COMPETITION / "riiideducation"
     api.mkdir(parents=True)
     (api / "__init__.py").write_text(STAND_IN_API)
-    nb = nbformat.read(exported["kernel"] / NOTEBOOK_FILE, as_version=4)
+    nb = nbformat.read(exported["kernel"] / KaggleFolder.NOTEBOOK, as_version=4)
     cell = tmp_path / "cell.py"
     cell.write_text(nb.cells[0].source.replace("/kaggle/input", str(kaggle_input)))
     launcher = tmp_path / "launcher.py"
@@ -297,7 +297,7 @@ def run_cell(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     loaded = json.loads(done.stdout.split("LOADED ")[-1])
-    bundle_code = str(kaggle_input / "riiid-saint" / "code")
+    bundle_code = str(Bundle(kaggle_input / "riiid-saint").code)
     assert loaded and all(path.startswith(bundle_code) for path in loaded.values()), loaded
     summary = json.loads(done.stdout.splitlines()[-2])
     assert summary["groups"] == groups and summary["state_bytes"]["max_bytes"] == 9e9
@@ -373,32 +373,32 @@ def fold_export(tmp_path_factory):
     ):
         done = run_numbered_script(script, *flags, *extra)
         assert done.returncode == 0, done.stdout + done.stderr
-    dataset = tmp / "kaggle" / "dataset"
+    kaggle = KaggleFolder(tmp / "kaggle")
+    dataset = kaggle.dataset
     fold_start_state(out, dataset)
-    data, fold = Dataset.load(out), Fold.load(out, 0)
-    rows = load_fold_rows(fold, run_folder(out), data, BaselineConfig())
+    workspace = Workspace(out)
+    data, fold = Dataset.load(workspace), Fold.load(workspace, 0)
+    rows = load_fold_rows(fold, run_of(out).fold(0), data, BaselineConfig())
     stream = tmp / "fold_stream.csv"
     served_stream(data, fold).to_csv(stream, index=False)
-    kernel = tmp / "kaggle" / "kernel"
-    trial = tmp / "kaggle" / "trial" / "working" / "submission.csv"
+    kernel = kaggle.kernel
+    trial = kaggle.trial / "working" / "submission.csv"
     return {"dataset": dataset, "kernel": kernel, "stream": stream, "rows": rows, "trial": trial}
 
 
 def fold_start_state(out: Path, dataset: Path) -> None:
     """The bundle's state as it stands where fold 0's stream starts (every student's
     training questions), not after every row of the data as for the hidden test."""
-    data = load_fold_data(out, 0)
-    users = Dataset.load(out).arrays.users
-    checkpoint = torch.load(dataset / "fold0" / "best.pt", weights_only=False)
+    workspace, bundle = Workspace(out), Bundle(dataset)
+    data = load_fold_data(workspace, 0)
+    users = Dataset.load(workspace).arrays.users
+    checkpoint = torch.load(bundle.model("fold0").checkpoint(), weights_only=False)
     config = ModelConfig.from_dict(checkpoint["model_config"])
     receptive = config.receptive_field
     if config.past_features != "none":  # the model's snapshot carries them
-        attach_model_features(data.sequences, np.load(dataset / "state" / "skills.npy"))
-    state = dataset / "state"
-    build_snapshot(data.sequences, users, data.train_length, receptive).save(state / SNAPSHOT_FILE)
-    build_feature_snapshot(data.sequences, users, data.train_length).save(
-        state / FEATURE_SNAPSHOT_FILE
-    )
+        attach_model_features(data.sequences, np.load(bundle.skills))
+    build_snapshot(data.sequences, users, data.train_length, receptive).save(bundle.snapshot)
+    build_feature_snapshot(data.sequences, users, data.train_length).save(bundle.features)
 
 
 def served_stream(data: Dataset, fold: Fold) -> pd.DataFrame:
@@ -426,7 +426,8 @@ def test_the_cell_submits_05s_blend_on_a_folds_stream(fold_export, tmp_path):
     rows = fold_export["rows"].set_index("row_id")
     assert np.abs(submitted[rows.index].to_numpy() - rows[MODEL].to_numpy()).max() > 1e-3
     # the weight 04 chose on the inner split, the model's probabilities and the trees'
-    weight = json.loads((fold_export["dataset"] / "fold0" / "blend.json").read_text())["weight"]
+    blend_file = Bundle(fold_export["dataset"]).model("fold0").blend
+    weight = json.loads(blend_file.read_text())["weight"]
     expected = logit_blend(rows[MODEL].to_numpy(), rows[FEATURE_BASELINE].to_numpy(), weight)
     np.testing.assert_allclose(submitted[rows.index].to_numpy(), expected, atol=1e-6)
 

@@ -17,7 +17,8 @@ from common.data.fold_data import load_fold_data
 from common.report.evaluate import EvaluateConfig, evaluate
 from common.stream.fold_stream import InferConfig, run_emulated
 from common.train.trainer import Trainer
-from tests.helpers import RUN, make_tiny_demo, run_folder, train_config
+from common.workspace import Workspace
+from tests.helpers import make_tiny_demo, run_of, train_config
 
 
 @pytest.fixture(autouse=True)
@@ -35,16 +36,15 @@ def test_a_trained_model_streams_above_the_question_rate(tmp_path: Path) -> None
         preset="saint", d_model=32, heads=4, layers=1, window=24, dropout=0.0, batch_size=16,
         lr=5e-3, schedule="cosine", warmup=10, epochs=2, progress=False,
     )  # fmt: skip
-    data = load_fold_data(output, 0, config.inner_share, config.seed)
+    data = load_fold_data(Workspace(output), 0, config.inner_share, config.seed)
     with contextlib.redirect_stdout(io.StringIO()):
-        Trainer(config, run_folder(output), data, torch.device("cpu")).fit()
+        Trainer(config, run_of(output), data, torch.device("cpu")).fit()
     infer = InferConfig(device="cpu", progress=False)
-    streamed = run_emulated(output, run_folder(output), infer)
+    streamed = run_emulated(run_of(output), infer)
     head = evaluate(
-        output,
+        run_of(output),
         tmp_path / "no_truth",
         EvaluateConfig(bootstrap=0, progress=False, feature_baseline=False),
-        RUN,
     )
     assert head.auc == pytest.approx(streamed["model_auc"])  # 05's model row: the model alone
     baseline = head.baselines["question rate"]

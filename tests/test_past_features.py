@@ -16,6 +16,7 @@ from common.data.past_state import FeatureSnapshot, PastFeatureState, build_feat
 from common.data.question_rates import question_rates, training_entries
 from common.model.boosting import FeatureBaselineConfig, training_matrix
 from common.stream.emulator import Emulator, EmulatorConfig, stream_frame
+from common.workspace import Workspace
 from tests.helpers import preprocess_real_rows
 
 
@@ -27,7 +28,7 @@ def real_rows(tmp_path_factory):
     output_dir, arrays, parts = preprocess_real_rows(
         tmp, "train_prefix_histories_420users.csv", assign_row_ids=True
     )
-    data = Dataset.load(output_dir)
+    data = Dataset.load(Workspace(output_dir))
     sequences = build_sequences(arrays, parts)
     skill = question_skills(data.questions, data.n_questions)
     train = np.zeros(len(sequences.row), dtype=bool)
@@ -156,12 +157,11 @@ def real_fold(tmp_path_factory):
     output_dir, arrays, parts = preprocess_real_rows(
         tmp, "train_prefix_histories_420users.csv", assign_row_ids=True
     )
-    make_folds(output_dir, FoldConfig(n_folds=2, seed=3))
-    data = load_fold_data(output_dir, 0)
+    workspace = Workspace(output_dir)
+    make_folds(workspace, FoldConfig(n_folds=2, seed=3))
+    data = load_fold_data(workspace, 0)
     skill = question_skills(data.questions, data.n_questions)
-    train = training_entries(
-        data.sequences, arrays.offsets[:-1] + Fold.load(output_dir, 0).user_cut
-    )
+    train = training_entries(data.sequences, arrays.offsets[:-1] + Fold.load(workspace, 0).user_cut)
     rates = question_rates(data.sequences, train, data.n_questions, 20.0)
     return output_dir, arrays, parts, data, skill, rates
 
@@ -170,7 +170,7 @@ def stream_features(output_dir, arrays, parts, data, skill, rates, snapshot):
     """Fold 0's validation stream through the emulated API, group by group, the state
     started from `snapshot`; {global row: features}."""
     state = PastFeatureState(parts, skill, rates, snapshot)
-    frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
+    frame = stream_frame(arrays, Fold.load(Workspace(output_dir), 0).stream_index)
     env = Emulator(frame, EmulatorConfig(seed=5, max_group_students=40))
     global_row = dict(zip(np.asarray(arrays["row_id"]).tolist(), range(arrays.n_rows), strict=True))
     features = {}

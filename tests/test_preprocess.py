@@ -27,7 +27,7 @@ from common.data.schema import (
     TRAIN_DTYPES,
     InputError,
 )
-from common.layout import DATA_SUBDIR
+from common.workspace import Workspace
 
 # The bad row of most cases: deep in the demo's ~49,000 rows, so far past the first
 # pyarrow block at SMALL_BLOCK (test_deep_row_is_in_a_later_block proves it).
@@ -276,7 +276,8 @@ BAD_INPUT_CASES = [
 
 def assert_nothing_written(output_dir: Path) -> None:
     left = sorted(p.name for p in output_dir.iterdir()) if output_dir.exists() else []
-    assert DATA_SUBDIR not in left, f"{output_dir} has a {DATA_SUBDIR} folder after a failed run"
+    data = Workspace(output_dir).data.path.name
+    assert data not in left, f"{output_dir} has a {data} folder after a failed run"
     assert not [name for name in left if name.startswith(".")], f"temp leftovers: {left}"
 
 
@@ -304,7 +305,7 @@ def test_bad_input_is_refused(case: Case, tmp_path: Path, write_input, run_scrip
     small_blocks = tmp_path / "output_small_blocks"
     config = PreprocessConfig(input_dir, small_blocks, block_size=SMALL_BLOCK, progress=False)
     with pytest.raises(InputError) as error:
-        preprocess(config)
+        preprocess(config, Workspace(small_blocks))
     assert f"error: {error.value}" == message
     assert_nothing_written(small_blocks)
 
@@ -354,7 +355,8 @@ def test_errors_on_a_block_boundary(error: str, tmp_path: Path, write_input) -> 
 
     output_dir = tmp_path / "output"
     with pytest.raises(InputError) as raised:
-        preprocess(PreprocessConfig(input_dir, output_dir, block_size=SMALL_BLOCK, progress=False))
+        config = PreprocessConfig(input_dir, output_dir, block_size=SMALL_BLOCK, progress=False)
+        preprocess(config, Workspace(output_dir))
     message = str(raised.value)
     assert f"data row {row} (line {row + 1}), column '{column}': found {found}" in message
     assert_nothing_written(output_dir)
@@ -364,14 +366,14 @@ def test_failed_run_keeps_the_previous_output(tmp_path: Path, write_input) -> No
     input_dir = write_input(tmp_path / "input")
     output_dir = tmp_path / "output"
     config = PreprocessConfig(input_dir, output_dir, progress=False)
-    preprocess(config)
+    preprocess(config, Workspace(output_dir))
     before = {p.relative_to(output_dir): p.read_bytes() for p in output_dir.rglob("*.bin")}
     set_field("content_type_id", "2")(input_dir)
     with pytest.raises(InputError):
-        preprocess(config)
+        preprocess(config, Workspace(output_dir))
     after = {p.relative_to(output_dir): p.read_bytes() for p in output_dir.rglob("*.bin")}
     assert after == before
-    assert sorted(p.name for p in output_dir.iterdir()) == [DATA_SUBDIR]
+    assert sorted(p.name for p in output_dir.iterdir()) == [Workspace(output_dir).data.path.name]
 
 
 # ---------------------------------------------------------------------------------------
@@ -391,7 +393,7 @@ def read_train_csv(path: Path) -> pd.DataFrame:
 
 
 def parquet_frame(output_dir: Path) -> pd.DataFrame:
-    return pd.read_parquet(output_dir / DATA_SUBDIR / "train.parquet")
+    return pd.read_parquet(Workspace(output_dir).data.train_parquet)
 
 
 def assert_competition_dtypes(frame: pd.DataFrame) -> None:
@@ -407,8 +409,9 @@ def summary_numbers(stdout: str) -> dict[str, float]:
 
 def assert_arrays_match(output_dir: Path, csv: pd.DataFrame) -> TrainArrays:
     """The flat arrays and the student index agree with the CSV rows (file order)."""
-    arrays = TrainArrays.load(output_dir / DATA_SUBDIR, mmap=False)
-    manifest = json.loads((output_dir / DATA_SUBDIR / "arrays" / "manifest.json").read_text())
+    data = Workspace(output_dir).data
+    arrays = TrainArrays.load(data, mmap=False)
+    manifest = json.loads(data.arrays_manifest.read_text())
     assert manifest["n_rows"] == len(csv) == arrays.n_rows
     assert manifest["columns"] == ROW_ARRAYS
     users = pd.unique(csv["user_id"])
@@ -460,12 +463,13 @@ def test_real_complete_histories(shared_data: Path, tmp_path: Path, run_script) 
     for name in ("row_id", "user_answer", "answered_correctly"):
         assert np.array_equal(arrays[name], csv[name].to_numpy()), name
 
-    summary = json.loads((output_dir / DATA_SUBDIR / "preprocess_summary.json").read_text())
+    data = Workspace(output_dir).data
+    summary = json.loads(data.summary.read_text())
     assert summary["summary"]["rows"] == 20_632
     assert summary["summary"]["correct"] == int(csv.loc[is_question, "answered_correctly"].sum())
     assert summary["summary"]["blank_user_answers"] == 0
-    questions = pd.read_parquet(output_dir / DATA_SUBDIR / "questions.parquet")
-    lectures = pd.read_parquet(output_dir / DATA_SUBDIR / "lectures.parquet")
+    questions = pd.read_parquet(data.questions)
+    lectures = pd.read_parquet(data.lectures)
     assert (len(questions), len(lectures)) == (13_523, 418)
     for frame, dtypes in ((questions, QUESTIONS_DTYPES), (lectures, LECTURES_DTYPES)):
         for column, dtype in dtypes.items():
@@ -509,7 +513,7 @@ def test_real_prefixes_with_blank_fields(shared_data: Path, tmp_path: Path, run_
 
     frame = parquet_frame(output_dir)
     assert frame["row_id"].tolist() == list(range(len(csv)))
-    parquet_answers = pq.read_table(output_dir / DATA_SUBDIR / "train.parquet")["user_answer"]
+    parquet_answers = pq.read_table(Workspace(output_dir).data.train_parquet)["user_answer"]
     assert parquet_answers.type == "int8" and parquet_answers.null_count == blank_answers
     assert frame["user_answer"][is_question].isna().sum() == blank_answers
     assert (frame["user_answer"][~is_question] == -1).all()  # lectures: -1, blank or not
@@ -541,7 +545,7 @@ def test_demo_parquet_equals_csv(demo_input: Path, demo_output: Path) -> None:
     for name in ("row_id", "user_answer", "answered_correctly"):
         assert np.array_equal(arrays[name], csv[name].to_numpy()), name
     for name, dtypes in (("questions", QUESTIONS_DTYPES), ("lectures", LECTURES_DTYPES)):
-        written = pd.read_parquet(demo_output / DATA_SUBDIR / f"{name}.parquet")
+        written = pd.read_parquet(getattr(Workspace(demo_output).data, name))
         read = pd.read_csv(demo_input / f"{name}.csv", dtype=dtypes)
         pd.testing.assert_frame_equal(written, read, check_dtype=False, check_exact=True)
         for column, dtype in dtypes.items():
@@ -560,11 +564,13 @@ def test_a_utf8_byte_order_mark_is_read_as_pandas_reads_it(tmp_path: Path, write
     outputs = {}
     for name, folder in (("plain", plain), ("marked", marked)):
         outputs[name] = tmp_path / f"out_{name}"
-        preprocess(PreprocessConfig(folder, outputs[name], progress=False))
-    a = TrainArrays.load(outputs["plain"] / DATA_SUBDIR)
-    b = TrainArrays.load(outputs["marked"] / DATA_SUBDIR)
+        preprocess(
+            PreprocessConfig(folder, outputs[name], progress=False), Workspace(outputs[name])
+        )
+    a = TrainArrays.load(Workspace(outputs["plain"]).data)
+    b = TrainArrays.load(Workspace(outputs["marked"]).data)
     assert a.columns.keys() == b.columns.keys()
     for column in a.columns:
         assert np.array_equal(a[column], b[column], equal_nan=a[column].dtype.kind == "f"), column
-    questions = [pd.read_parquet(outputs[n] / DATA_SUBDIR / "questions.parquet") for n in outputs]
+    questions = [pd.read_parquet(Workspace(outputs[n]).data.questions) for n in outputs]
     pd.testing.assert_frame_equal(*questions)

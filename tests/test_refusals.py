@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from common.stream.kaggle_export import KaggleConfig, kaggle_owner
-from tests.helpers import REPO, RUN, fold0, make_tiny_demo, run_folder, run_numbered_script
+from common.workspace import Bundle, KaggleFolder, Workspace
+from tests.helpers import REPO, RUN, fold0_folder, make_tiny_demo, run_folder, run_numbered_script
 
 TINY = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)
 TINY += ("--warmup", 5, "--no-progress", "--device", "cpu", "--run", RUN)
@@ -54,10 +55,10 @@ def refused(script: str, *args: object) -> str:
 
 def test_more_folds_than_students_are_refused_before_writing(demo, tmp_path):
     out = tmp_path / "out"
-    shutil.copytree(demo / "data", out / "data")
+    shutil.copytree(Workspace(demo).data.path, Workspace(out).data.path)
     message = refused("02_make_folds.py", "--output-dir", out, "--n-folds", 1000)
     assert "--n-folds 1000: only 60 students" in message and "at most 60" in message
-    assert not (out / "folds").exists()
+    assert not Workspace(out).folds.path.exists()
 
 
 @pytest.mark.parametrize(
@@ -96,8 +97,8 @@ def test_folds_made_from_other_data_are_refused(streamed, demo, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(streamed, out)
     other = make_tiny_demo(tmp_path / "other", users=60, seed=5)
-    shutil.rmtree(out / "data")
-    shutil.copytree(other / "data", out / "data")
+    shutil.rmtree(Workspace(out).data.path)
+    shutil.copytree(Workspace(other).data.path, Workspace(out).data.path)
     for script, extra in (
         ("03_train.py", (*TINY, "--run", "again")),
         ("04_infer.py", ("--no-export", "--run", RUN)),
@@ -111,7 +112,7 @@ def test_folds_made_from_other_data_are_refused(streamed, demo, tmp_path):
 def test_a_corrupt_predictions_file_is_named(streamed, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(streamed, out)
-    path = fold0(out) / "stream_predictions.parquet"
+    path = fold0_folder(out).stream_predictions
     path.write_bytes(path.read_bytes()[:100])
     message = refused("05_evaluate.py", "--output-dir", out, "--bootstrap", 0)
     assert (
@@ -160,7 +161,7 @@ def test_an_export_without_an_owner_says_so(streamed, tmp_path, monkeypatch):
     done = run_numbered_script("04_infer.py", *flags, "--no-feature-baseline")
     assert done.returncode == 0, done.stderr
     assert "no Kaggle user name was found" in done.stdout
-    metadata = json.loads((tmp_path / "k" / "dataset" / "dataset-metadata.json").read_text())
+    metadata = json.loads(Bundle(KaggleFolder(tmp_path / "k").dataset).metadata.read_text())
     assert metadata["id"] == "YOUR-KAGGLE-USERNAME/riiid-saint"
 
 
@@ -172,7 +173,7 @@ def test_00_then_01_with_the_default_folders(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stderr
     done = run_numbered_script("01_preprocess.py", "--no-progress")
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "output" / "data" / "fingerprint.json").exists()
+    assert Workspace(tmp_path / "output").data.fingerprint.exists()
     (tmp_path / "input" / "demo_run.json").unlink()  # as if the Kaggle files were there
     message = refused("00_make_demo_input.py", "--users", 30)
     assert "is not a demo's" in message and "choose another --output-dir" in message
@@ -202,7 +203,7 @@ def test_ctrl_c_prints_one_line(demo, tmp_path):
     process = subprocess.Popen(command, cwd=REPO, env=CPU_ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 120
-    while not list(fold0(out).glob("epoch_*.pt")) and time.monotonic() < deadline:
+    while fold0_folder(out).latest_epoch_checkpoint() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert process.poll() is None, "03 ended before it could be interrupted"
     process.send_signal(signal.SIGINT)

@@ -34,7 +34,6 @@ from common.data.folds import FoldConfig, make_folds
 from common.data.memory import check_memory, estimate_peak_memory
 from common.data.preprocess import PreprocessConfig, preprocess
 from common.files import remove_stale_temp_files
-from common.layout import DATA_SUBDIR, FOLDS_SUBDIR
 from common.model.checkpoint import CheckpointError, save_model, state_digest
 from common.model.saint import SAINT, ModelConfig
 from common.report.evaluate import EvaluateConfig, evaluate
@@ -45,13 +44,14 @@ from common.stream.emulator import Emulator, EmulatorConfig, stream_frame
 from common.stream.fold_stream import write_outputs
 from common.stream.online import OnlineState, Snapshot, StateMemoryError, build_snapshot
 from common.train.trainer import Trainer
+from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 from tests.helpers import (
     REPO,
     RUN,
-    fold0,
+    fold0_folder,
     make_tiny_demo,
-    run_folder,
     run_numbered_script,
+    run_of,
     train_config,
 )
 
@@ -92,13 +92,15 @@ def demo(tmp_path_factory) -> Path:
     return make_tiny_demo(tmp_path_factory.mktemp("reliability"), users=40)
 
 
-def fresh_run(demo: Path, dest: Path, fold_dir: Path | None = None) -> Path:
-    """An output dir sharing the demo's data and folds; a copy of `fold_dir`, if given."""
+def fresh_run(demo: Path, dest: Path, folder: ModelFolder | None = None) -> Path:
+    """An output dir sharing the demo's data and folds; a copy of `folder` (as its run's
+    fold0/), if given."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in (DATA_SUBDIR, FOLDS_SUBDIR):
-        os.symlink(demo / name, dest / name)
-    if fold_dir is not None:
-        shutil.copytree(fold_dir, fold0(dest))
+    shared, fresh = Workspace(demo), Workspace(dest)
+    os.symlink(shared.data.path, fresh.data.path)
+    os.symlink(shared.folds.path, fresh.folds.path)
+    if folder is not None:
+        shutil.copytree(folder.path, fold0_folder(dest).path)
     return dest
 
 
@@ -121,7 +123,7 @@ def trained(demo, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def streamed(demo, trained, tmp_path_factory) -> Path:
     """A copy of the trained run, streamed through 04_infer.py."""
-    out = fresh_run(demo, tmp_path_factory.mktemp("streamed") / "run", fold0(trained))
+    out = fresh_run(demo, tmp_path_factory.mktemp("streamed") / "run", fold0_folder(trained))
     done = run("04_infer.py", "--output-dir", out, *INFER_FLAGS)
     assert done.returncode == 0, done.stdout + done.stderr
     return out
@@ -169,7 +171,7 @@ def interrupted(demo, tmp_path_factory) -> dict:
     """03_train.py killed (SIGKILL) in the middle of epoch 2, then run again with --resume.
     Returns the run dir, what the kill left, and the resumed run's output."""
     out = fresh_run(demo, tmp_path_factory.mktemp("interrupted") / "run")
-    fold_dir, log = fold0(out), out / "train.log"
+    folder, log = fold0_folder(out), out / "train.log"
     with open(log, "w") as sink:
         process = subprocess.Popen(
             [sys.executable, "03_train.py", "--output-dir", str(out), *TRAIN_FLAGS],
@@ -180,15 +182,15 @@ def interrupted(demo, tmp_path_factory) -> dict:
         )
         # config.json is the last file an epoch writes: epoch 1 is complete and epoch 2's
         # training has begun. A third of epoch 1's training time later is mid-epoch.
-        wait_until(lambda: (fold_dir / "config.json").exists(), process, log)
-        epoch_seconds = float(pd.read_csv(fold_dir / "history.csv")["train_seconds"].iloc[0])
+        wait_until(lambda: folder.config.exists(), process, log)
+        epoch_seconds = float(pd.read_csv(folder.history)["train_seconds"].iloc[0])
         time.sleep(epoch_seconds / 3)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
     left = {
         "returncode": process.returncode,
-        "files": sorted(p.name for p in fold_dir.iterdir()),
-        "epoch_01": (fold_dir / "epoch_01.pt").read_bytes(),
+        "files": sorted(p.name for p in folder.path.iterdir()),
+        "epoch_01": folder.epoch_checkpoint(1).read_bytes(),
     }
     resumed = run("03_train.py", "--output-dir", out, *TRAIN_FLAGS, "--resume", process=True)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -214,17 +216,17 @@ def test_kill_lands_mid_epoch_and_leaves_only_whole_files(interrupted):
 
 @pytest.mark.slow
 def test_resumed_run_ends_with_the_uninterrupted_weights(interrupted, trained):
-    out, reference = fold0(interrupted["out"]), fold0(trained)
+    out, reference = fold0_folder(interrupted["out"]), fold0_folder(trained)
     assert "resumed after epoch 1" in interrupted["stdout"]
     assert "epoch 1:" not in interrupted["stdout"]  # epoch 1 was not redone
-    for name in (f"epoch_{EPOCHS:02d}.pt", "best.pt"):
-        assert_same_weights(out / name, reference / name)
-    history = pd.read_csv(out / "history.csv")
+    assert_same_weights(out.epoch_checkpoint(EPOCHS), reference.epoch_checkpoint(EPOCHS))
+    assert_same_weights(out.checkpoint(), reference.checkpoint())
+    history = pd.read_csv(out.history)
     pd.testing.assert_frame_equal(
-        history[HISTORY_VALUES], pd.read_csv(reference / "history.csv")[HISTORY_VALUES]
+        history[HISTORY_VALUES], pd.read_csv(reference.history)[HISTORY_VALUES]
     )
     assert history["epoch"].tolist() == list(range(1, EPOCHS + 1))
-    assert not hidden(out)
+    assert not hidden(out.path)
 
 
 @pytest.mark.slow
@@ -232,7 +234,7 @@ def test_same_seed_same_weights(interrupted, trained):
     """Two processes, one seed: epoch 1 of the interrupted run is the reference's."""
     copy = interrupted["out"] / "epoch_01_at_kill.pt"
     copy.write_bytes(interrupted["left"]["epoch_01"])
-    assert_same_weights(copy, fold0(trained) / "epoch_01.pt")
+    assert_same_weights(copy, fold0_folder(trained).epoch_checkpoint(1))
 
 
 @pytest.mark.slow
@@ -240,28 +242,30 @@ def test_resume_restores_what_a_kill_after_the_checkpoint_cut_short(demo, traine
     """Killed between epoch_02.pt and the files written after it: resume rewrites best.pt
     and history.csv from the checkpoint, and removes the dead process's temp files."""
     out = fresh_run(demo, tmp_path / "run")
-    fold_dir = fold0(out)
-    fold_dir.mkdir(parents=True)
-    for name in ("epoch_01.pt", "epoch_02.pt"):
-        shutil.copyfile(fold0(trained) / name, fold_dir / name)
-    shutil.copyfile(fold0(trained) / "epoch_01.pt", fold_dir / "best.pt")
-    stale = fold_dir / ".epoch_03.pt.tmp-4194305"  # a pid above Linux's largest pid_max
+    folder, reference = fold0_folder(out), fold0_folder(trained)
+    folder.path.mkdir(parents=True)
+    for epoch in (1, 2):
+        shutil.copyfile(reference.epoch_checkpoint(epoch), folder.epoch_checkpoint(epoch))
+    shutil.copyfile(reference.epoch_checkpoint(1), folder.checkpoint())
+    # a pid above Linux's largest pid_max
+    stale = folder.file(f".{folder.epoch_checkpoint(3).name}.tmp-4194305")
     stale.write_bytes(b"half a checkpoint")
     config = train_config(
         d_model=16, heads=2, layers=1, window=20, epochs=2, progress=False, device="cpu"
     )
-    trainer = Trainer(config, run_folder(out), load_fold_data(out, 0, config.inner_share), CPU)
+    data = load_fold_data(Workspace(out), 0, config.inner_share)
+    trainer = Trainer(config, run_of(out), data, CPU)
     assert trainer.resume() and trainer.progress.epoch == 2
-    best_epoch = torch.load(fold_dir / "best.pt", weights_only=False)["best_epoch"]
-    assert torch.load(fold_dir / "best.pt", weights_only=False)["epoch"] == best_epoch
-    assert pd.read_csv(fold_dir / "history.csv")["epoch"].tolist() == [1, 2]
+    best_epoch = torch.load(folder.checkpoint(), weights_only=False)["best_epoch"]
+    assert torch.load(folder.checkpoint(), weights_only=False)["epoch"] == best_epoch
+    assert pd.read_csv(folder.history)["epoch"].tolist() == [1, 2]
     assert not stale.exists()
 
 
 @dataclass
 class ResumeCase:
     name: str
-    change: Callable[[Path], None]  # damages fold_dir's latest checkpoint
+    change: Callable[[ModelFolder], None]  # damages the fold folder's latest checkpoint
     config: dict  # TrainConfig fields of the resuming run
     expected: tuple[str, ...]
 
@@ -284,9 +288,9 @@ def truncate(path: Path) -> None:
 
 # fmt: off
 RESUME_CASES = [
-    ResumeCase("truncated latest checkpoint", lambda d: truncate(d / "epoch_02.pt"), {}, ("epoch_02.pt: not a readable checkpoint", "truncated or corrupted")),
+    ResumeCase("truncated latest checkpoint", lambda d: truncate(d.epoch_checkpoint(2)), {}, ("epoch_02.pt: not a readable checkpoint", "truncated or corrupted")),
     ResumeCase("other model flags", lambda d: None, {"d_model": 32}, ("epoch_02.pt was trained with another model config", "d_model: 16 vs 32", "d_ff: 64 vs 128")),
-    ResumeCase("other folds", lambda d: edit_checkpoint(lambda c: c["fold_fingerprint"].update(sha256="0123456789abcdef"))(d / "epoch_02.pt"), {}, ("epoch_02.pt was trained on other folds (fingerprint 0123456789abcdef) than those on disk now",)),
+    ResumeCase("other folds", lambda d: edit_checkpoint(lambda c: c["fold_fingerprint"].update(sha256="0123456789abcdef"))(d.epoch_checkpoint(2)), {}, ("epoch_02.pt was trained on other folds (fingerprint 0123456789abcdef) than those on disk now",)),
 ]
 # fmt: on
 
@@ -294,13 +298,15 @@ RESUME_CASES = [
 @pytest.mark.parametrize("case", RESUME_CASES, ids=repr)
 def test_resume_refuses_a_bad_checkpoint_by_name(case, demo, trained, tmp_path):
     out = fresh_run(demo, tmp_path / "run")
-    fold0(out).mkdir(parents=True)
-    for name in ("epoch_01.pt", "epoch_02.pt"):
-        shutil.copyfile(fold0(trained) / name, fold0(out) / name)
-    case.change(fold0(out))
+    folder, reference = fold0_folder(out), fold0_folder(trained)
+    folder.path.mkdir(parents=True)
+    for epoch in (1, 2):
+        shutil.copyfile(reference.epoch_checkpoint(epoch), folder.epoch_checkpoint(epoch))
+    case.change(folder)
     fields = dict(d_model=16, heads=2, layers=1, window=20, progress=False, device="cpu")
     config = train_config(**(fields | case.config))
-    trainer = Trainer(config, run_folder(out), load_fold_data(out, 0, config.inner_share), CPU)
+    data = load_fold_data(Workspace(out), 0, config.inner_share)
+    trainer = Trainer(config, run_of(out), data, CPU)
     with pytest.raises(CheckpointError) as error:
         trainer.resume()
     for part in case.expected:
@@ -349,46 +355,50 @@ def named(prefix: str) -> Callable[..., bool]:
 
 def run_preprocess(work: Path, demo: Path, demo_input: Path) -> Path:
     config = PreprocessConfig(demo_input, work, block_size=64 << 10, progress=False)
-    preprocess(config)
-    return work / DATA_SUBDIR
+    workspace = Workspace(work)
+    preprocess(config, workspace)
+    return workspace.data.path
 
 
 def run_folds(work: Path, demo: Path, demo_input: Path) -> Path:
-    if not (work / DATA_SUBDIR).exists():
-        os.symlink(demo / DATA_SUBDIR, work / DATA_SUBDIR)
-    make_folds(work, FoldConfig(n_folds=3, seed=0))
-    return work / FOLDS_SUBDIR
+    workspace = Workspace(work)
+    if not workspace.data.path.exists():
+        os.symlink(Workspace(demo).data.path, workspace.data.path)
+    make_folds(workspace, FoldConfig(n_folds=3, seed=0))
+    return workspace.folds.path
 
 
 def run_checkpoint(work: Path, demo: Path, demo_input: Path) -> Path:
     model = SAINT(ModelConfig(n_questions=50, d_model=16, n_heads=2, window=20))
-    save_model(fold0(work) / "epoch_01.pt", model)
-    return fold0(work)
+    folder = fold0_folder(work)
+    save_model(folder.epoch_checkpoint(1), model)
+    return folder.path
 
 
 def run_write_outputs(work: Path, demo: Path, streamed: Path) -> Path:
-    source = fold0(streamed)
-    results = pd.read_parquet(source / "stream_predictions.parquet")
-    table = pd.read_csv(source / "stream_metrics.csv")
-    summary = json.loads((source / "stream_summary.json").read_text())
-    write_outputs(fold0(work), results, table, summary)
-    return fold0(work)
+    source = fold0_folder(streamed)
+    results = pd.read_parquet(source.stream_predictions)
+    table = pd.read_csv(source.stream_metrics_csv)
+    summary = json.loads(source.stream_summary.read_text())
+    write_outputs(fold0_folder(work), results, table, summary)
+    return fold0_folder(work).path
 
 
 def run_evaluate(work: Path, demo: Path, streamed: Path) -> Path:
-    if not fold0(work).exists():
-        fresh_run(demo, work, fold0(streamed))
+    if not fold0_folder(work).path.exists():
+        fresh_run(demo, work, fold0_folder(streamed))
     evaluate(
-        work,
+        run_of(work),
         demo.parent / "input",
         EvaluateConfig(bootstrap=0, progress=False, feature_baseline=False),
-        RUN,
     )
     return work
 
 
 def run_append_row(work: Path, demo: Path, demo_input: Path) -> Path:
-    append_run_row(work, {"run": RUN, "stage": "evaluate", "folds": "0", "stream_auc": 0.7})
+    append_run_row(
+        Workspace(work), {"run": RUN, "stage": "evaluate", "folds": "0", "stream_auc": 0.7}
+    )
     return work
 
 
@@ -460,7 +470,7 @@ def test_a_stopped_report_leaves_the_previous_report_whole(demo, streamed, tmp_p
     work = tmp_path / "out"
     work.mkdir()
     run_evaluate(work, demo, streamed)
-    before = tree_bytes(run_folder(work))
+    before = tree_bytes(run_of(work).path)
     calls = []
 
     def second(*args, **kwargs) -> bool:
@@ -469,8 +479,8 @@ def test_a_stopped_report_leaves_the_previous_report_whole(demo, streamed, tmp_p
 
     other = EvaluateConfig(bootstrap=20, progress=False, feature_baseline=False)
     with interrupt(matplotlib.figure.Figure, "savefig", second), pytest.raises(Interrupted):
-        evaluate(work, demo.parent / "input", other, RUN)  # other tables than the first run's
-    after = tree_bytes(run_folder(work))
+        evaluate(run_of(work), demo.parent / "input", other)  # other tables than the first's
+    after = tree_bytes(run_of(work).path)
     report = {k for k in before if k.startswith("report")}
     assert {k: after.get(k) for k in report} == {k: before[k] for k in report}
     assert not hidden(work)
@@ -572,9 +582,10 @@ INFER_CASES = [
 
 @pytest.mark.parametrize("case", INFER_CASES, ids=repr)
 def test_infer_refuses_bad_input(case, demo, trained, tmp_path, monkeypatch, capsys):
-    out = fresh_run(demo, tmp_path / "run", fold0(trained))
-    case.change(fold0(out) / "best.pt")
-    before = sorted(p.name for p in fold0(out).iterdir())
+    out = fresh_run(demo, tmp_path / "run", fold0_folder(trained))
+    folder = fold0_folder(out)
+    case.change(folder.checkpoint())
+    before = sorted(p.name for p in folder.path.iterdir())
     argv = [
         "04_infer.py",
         "--output-dir",
@@ -590,13 +601,13 @@ def test_infer_refuses_bad_input(case, demo, trained, tmp_path, monkeypatch, cap
     assert message.startswith("error: ") and "\n" not in message, message
     for part in case.expected:
         assert part in message, f"{part!r} not in {message!r}"
-    assert sorted(p.name for p in fold0(out).iterdir()) == before, "something was written"
+    assert sorted(p.name for p in folder.path.iterdir()) == before, "something was written"
 
 
 @pytest.mark.slow
 def test_infer_refusal_from_the_shell_has_no_traceback(demo, trained, tmp_path):
-    out = fresh_run(demo, tmp_path / "run", fold0(trained))
-    truncate(fold0(out) / "best.pt")
+    out = fresh_run(demo, tmp_path / "run", fold0_folder(trained))
+    truncate(fold0_folder(out).checkpoint())
     done = run("04_infer.py", "--output-dir", out, "--no-progress", "--no-export", process=True)
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
@@ -607,8 +618,9 @@ def unknown_stream(demo: Path, n_questions: int) -> tuple[pd.DataFrame, list[int
     """The first 300 rows of fold 0's stream, two students renamed to ids never seen, and
     some question rows pointing at ids outside the model's 0..n_questions-1 (the int16
     maximum and a negative id among them)."""
-    arrays = TrainArrays.load(demo / DATA_SUBDIR)
-    frame = stream_frame(arrays, Fold.load(demo, 0).stream_index[:300])
+    workspace = Workspace(demo)
+    arrays = TrainArrays.load(workspace.data)
+    frame = stream_frame(arrays, Fold.load(workspace, 0).stream_index[:300])
     new_users = [2_000_000_001, 2_000_000_002]
     for new, old in zip(new_users, frame["user_id"].unique()[:2], strict=True):
         frame.loc[frame["user_id"] == old, "user_id"] = new
@@ -622,9 +634,10 @@ def unknown_stream(demo: Path, n_questions: int) -> tuple[pd.DataFrame, list[int
 
 
 def demo_state(demo: Path, model: SAINT, **options) -> OnlineState:
-    data = load_fold_data(demo, 0)
-    arrays = TrainArrays.load(demo / DATA_SUBDIR)
-    parts = question_parts(load_questions(demo / DATA_SUBDIR))
+    workspace = Workspace(demo)
+    data = load_fold_data(workspace, 0)
+    arrays = TrainArrays.load(workspace.data)
+    parts = question_parts(load_questions(workspace.data))
     snapshot = build_snapshot(
         data.sequences, arrays.users, data.train_length, model.config.receptive_field
     )
@@ -637,7 +650,7 @@ def tiny_model(n_questions: int) -> SAINT:
 
 
 def test_unknown_students_and_questions_are_predicted(demo):
-    n_questions = load_fold_data(demo, 0).n_questions
+    n_questions = load_fold_data(Workspace(demo), 0).n_questions
     frame, new_users = unknown_stream(demo, n_questions)
     model = tiny_model(n_questions)
     state = demo_state(demo, model)
@@ -659,7 +672,7 @@ def test_state_memory_budget_sizes_the_cache_pool(demo, monkeypatch):
     MIN_POOL_STUDENTS) and to no more than cache_students; it allocates the rings and the
     pool at once; one too small for MIN_POOL_STUDENTS caches is refused before streaming,
     saying what it would need."""
-    model = tiny_model(load_fold_data(demo, 0).n_questions)
+    model = tiny_model(load_fold_data(Workspace(demo), 0).n_questions)
     unbounded = demo_state(demo, model, cache_students=4096)
     known, ring, cache = (
         len(unbounded.slot_of),
@@ -694,7 +707,7 @@ def test_state_memory_budget_stops_growth_at_the_budget(demo, monkeypatch):
     student who does not fit raises StateMemoryError mid-stream (here the budget leaves
     no room for new students beyond one)."""
     monkeypatch.setattr(online, "NEW_STUDENT_SHARE", 0)
-    n_questions = load_fold_data(demo, 0).n_questions
+    n_questions = load_fold_data(Workspace(demo), 0).n_questions
     frame, _ = unknown_stream(demo, n_questions)
     model = tiny_model(n_questions)
     unbounded = demo_state(demo, model, cache_students=8)
@@ -779,8 +792,8 @@ def test_same_input_same_data_and_folds(demo_input, tmp_path):
     trees = []
     for name in ("a", "b"):
         out = tmp_path / name
-        preprocess(PreprocessConfig(demo_input, out, progress=False))
-        make_folds(out, FoldConfig(n_folds=3, seed=4))
+        preprocess(PreprocessConfig(demo_input, out, progress=False), Workspace(out))
+        make_folds(Workspace(out), FoldConfig(n_folds=3, seed=4))
         tree = tree_bytes(out)  # run records and 01's summary (it has timings) aside
         trees.append(
             {k: v for k, v in tree.items() if not k.endswith(("_run.json", "_summary.json"))}
@@ -796,24 +809,26 @@ def test_same_checkpoint_same_predictions(demo, trained, streamed, tmp_path, mon
     loads = []  # the folds read from disk (each read hashes the file for its fingerprint)
     load = Fold.load.__func__
     monkeypatch.setattr(
-        Fold, "load", classmethod(lambda cls, out, k: loads.append(k) or load(cls, out, k))
+        Fold, "load", classmethod(lambda cls, ws, k: loads.append(k) or load(cls, ws, k))
     )
-    again = fresh_run(demo, tmp_path / "run", fold0(trained))
+    again = fresh_run(demo, tmp_path / "run", fold0_folder(trained))
     done = run("04_infer.py", "--output-dir", again, *INFER_FLAGS)
     assert done.returncode == 0, done.stderr
     assert loads == [0]  # the stream reads and fingerprints its fold once
-    for name in ("validation_predictions.csv", "stream_predictions.parquet"):
-        assert (fold0(again) / name).read_bytes() == (fold0(streamed) / name).read_bytes()
+    ours, theirs = fold0_folder(again), fold0_folder(streamed)
+    for name in ("validation_predictions", "stream_predictions"):
+        assert getattr(ours, name).read_bytes() == getattr(theirs, name).read_bytes()
 
 
 @pytest.mark.slow
 def test_the_bundle_holds_the_checkpoint_that_was_streamed(demo, trained, tmp_path):
     """04 --checkpoint epoch_NN.pt streams that epoch, and the bundle it exports carries
     that very checkpoint (as <fold>/best.pt), not the fold's best.pt."""
-    best_epoch = torch.load(fold0(trained) / "best.pt", weights_only=False)["best_epoch"]
+    reference = fold0_folder(trained)
+    best_epoch = torch.load(reference.checkpoint(), weights_only=False)["best_epoch"]
     other = next(e for e in range(1, EPOCHS + 1) if e != best_epoch)
-    streamed_path = fold0(trained) / f"epoch_{other:02d}.pt"
-    out, bundle = fresh_run(demo, tmp_path / "run", fold0(trained)), tmp_path / "bundle"
+    streamed_path = reference.epoch_checkpoint(other)
+    out, bundle = fresh_run(demo, tmp_path / "run", reference), tmp_path / "bundle"
     flags = ("--checkpoint", streamed_path.name, "--kaggle-dir", bundle)
     done = run("04_infer.py", "--output-dir", out, "--fold", 0, "--no-progress", *flags)
     assert done.returncode == 0, done.stderr
@@ -821,8 +836,9 @@ def test_the_bundle_holds_the_checkpoint_that_was_streamed(demo, trained, tmp_pa
     def digest(path: Path) -> str:
         return torch.load(path, weights_only=False)["model_digest"]
 
-    assert digest(bundle / "dataset" / "fold0" / "best.pt") == digest(streamed_path)
-    assert digest(streamed_path) != digest(fold0(trained) / "best.pt")
+    bundled = Bundle(KaggleFolder(bundle).dataset).model("fold0").checkpoint()
+    assert digest(bundled) == digest(streamed_path)
+    assert digest(streamed_path) != digest(reference.checkpoint())
 
 
 @pytest.mark.slow
@@ -831,11 +847,11 @@ def test_every_stage_records_its_run(demo, streamed, tmp_path):
     evaluated.mkdir()
     run_evaluate(evaluated, demo, streamed)
     records = {
-        "01": demo / DATA_SUBDIR / "preprocess_run.json",
-        "02": demo / "folds_run.json",
-        "03": fold0(streamed) / "train_run.json",
-        "04": fold0(streamed) / "infer_run.json",
-        "05": run_folder(evaluated) / "report" / "evaluate_run.json",
+        "01": Workspace(demo).data.record("preprocess"),
+        "02": Workspace(demo).record("folds"),
+        "03": fold0_folder(streamed).record("train"),
+        "04": fold0_folder(streamed).record("infer"),
+        "05": run_of(evaluated).report.record("evaluate"),
     }
     for stage, path in records.items():
         record = json.loads(path.read_text())
@@ -843,7 +859,7 @@ def test_every_stage_records_its_run(demo, streamed, tmp_path):
         versions = record["environment"]
         for key in ("python", "numpy", "pandas", "pyarrow", "torch", "device"):
             assert versions.get(key), f"{stage}: no {key} in {path}"
-    summary = json.loads((fold0(streamed) / "stream_summary.json").read_text())
+    summary = json.loads(fold0_folder(streamed).stream_summary.read_text())
     state = summary["state_bytes"]
     features = state.get("feature_state", 0)  # 04 streams the trees' features too
     assert features > 0
@@ -858,8 +874,8 @@ def test_a_stream_whose_blend_parts_disagree_with_the_batch_is_refused(
     """05 scores 04's trees again from the batch past-event features (not the online
     state 04 streamed with) and blends them with the streamed model: a streamed tree or
     blend probability 1e-4 away from that refuses the file, naming the column."""
-    out = fresh_run(demo, tmp_path / "run", fold0(streamed))
-    path = fold0(out) / "stream_predictions.parquet"
+    out = fresh_run(demo, tmp_path / "run", fold0_folder(streamed))
+    path = fold0_folder(out).stream_predictions
     rows = pd.read_parquet(path)
     assert {"model_prediction", "trees_prediction"} <= set(rows.columns)
     run_evaluate(tmp_path / "as_streamed", demo, out)  # agrees as 04 wrote it

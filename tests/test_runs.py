@@ -14,11 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common import cli, layout
+from common import cli
 from common.errors import UserError
 from common.runs.folders import RunClashError, claim_fold_dir, identity, run_name
 from common.runs.table import append_run_row, read_runs, runs_text, sorted_runs
 from common.train.config import TrainConfig
+from common.workspace import ModelFolder, Workspace
 from tests.helpers import REPO, make_tiny_demo, run_numbered_script, train_config
 
 SCRIPTS = (
@@ -152,16 +153,16 @@ def test_the_default_run_name_follows_the_config_not_how_far_it_runs():
     assert run_name(replace(config, model=replace(config.model, window=50))) != run_name(config)
 
 
-def write_fold(folder: Path, config: TrainConfig) -> None:
-    folder.mkdir(parents=True)
-    (folder / "epoch_01.pt").write_bytes(b"weights")
-    record = asdict(config) | {"recorded": {"run": folder.parent.name}}
-    (folder / layout.CONFIG_FILE).write_text(json.dumps(record))
+def write_fold(folder: ModelFolder, config: TrainConfig) -> None:
+    folder.path.mkdir(parents=True)
+    folder.epoch_checkpoint(1).write_bytes(b"weights")
+    record = asdict(config) | {"recorded": {"run": folder.path.parent.name}}
+    folder.config.write_text(json.dumps(record))
 
 
 def test_a_fold_folder_is_claimed_only_by_its_own_config(tmp_path):
     config = train_config(d_model=16, heads=2, layers=1, window=20)
-    folder = tmp_path / "runs" / "a" / "fold0"
+    folder = Workspace(tmp_path).run("a").fold(0)
     assert not claim_fold_dir(folder, config, overwrite=False)  # none yet
     write_fold(folder, config)
     with pytest.raises(RunClashError, match="already holds this config's run"):
@@ -170,10 +171,10 @@ def test_a_fold_folder_is_claimed_only_by_its_own_config(tmp_path):
     other = replace(config, lr=5e-4, resume=True)
     with pytest.raises(RunClashError, match=r"another config \(recorded vs now: lr: 0\.001 vs"):
         claim_fold_dir(folder, other, overwrite=False)
-    assert (folder / "epoch_01.pt").read_bytes() == b"weights"  # refused: nothing touched
-    assert claim_fold_dir(folder, other, overwrite=True) and not folder.exists()
-    folder.mkdir(parents=True)
-    (folder / "notes.txt").write_text("?")
+    assert folder.epoch_checkpoint(1).read_bytes() == b"weights"  # refused: nothing touched
+    assert claim_fold_dir(folder, other, overwrite=True) and not folder.path.exists()
+    folder.path.mkdir(parents=True)
+    folder.file("notes.txt").write_text("?")
     with pytest.raises(RunClashError, match="records no config"):
         claim_fold_dir(folder, replace(config, resume=True), overwrite=False)
 
@@ -185,27 +186,28 @@ def test_runs_table_rows_sort_best_streamed_first(tmp_path):
         {"run": "NA", "stage": "evaluate", "folds": "0,1", "stream_auc": 0.74},
         {"run": "NA", "stage": "stream", "folds": "1", "stream_auc": 0.72},
     ]
+    workspace = Workspace(tmp_path)
     for row in rows:
-        append_run_row(tmp_path, row)
-    table = read_runs(tmp_path)  # a run may be named NA: read as written
+        append_run_row(workspace, row)
+    table = read_runs(workspace)  # a run may be named NA: read as written
     assert table["run"].tolist() == ["a", "a", "NA", "NA"]  # appended in order
     assert table["finished"].notna().all()
-    ordered = sorted_runs(tmp_path)
+    ordered = sorted_runs(workspace)
     assert list(zip(ordered["run"], ordered["stage"], strict=True)) == [
         ("NA", "evaluate"),
         ("NA", "stream"),
         ("a", "evaluate"),
         ("a", "train"),  # no streamed AUC: last
     ]
-    assert runs_text(tmp_path).splitlines()[1].split()[:3] == ["NA", "evaluate", "0,1"]
+    assert runs_text(workspace).splitlines()[1].split()[:3] == ["NA", "evaluate", "0,1"]
     with pytest.raises(ValueError, match=r"not runs\.csv columns"):
-        append_run_row(tmp_path, {"run": "c", "auc": 0.9})
-    assert len(read_runs(tmp_path)) == 4  # nothing written
+        append_run_row(workspace, {"run": "c", "auc": 0.9})
+    assert len(read_runs(workspace)) == 4  # nothing written
 
 
 def append_rows(output_dir: Path, run: str, count: int) -> None:
     for i in range(count):
-        append_run_row(output_dir, {"run": run, "stage": "train", "folds": str(i)})
+        append_run_row(Workspace(output_dir), {"run": run, "stage": "train", "folds": str(i)})
 
 
 def test_runs_appending_side_by_side_lose_no_row(tmp_path):
@@ -220,7 +222,7 @@ def test_runs_appending_side_by_side_lose_no_row(tmp_path):
     for job in jobs:
         job.join()
         assert job.exitcode == 0
-    table = read_runs(tmp_path)
+    table = read_runs(Workspace(tmp_path))
     assert table.groupby("run").size().to_dict() == {"a": 40, "b": 40}
 
 
@@ -245,13 +247,13 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 
 @pytest.mark.slow
 def test_a_second_experiment_leaves_the_first_intact(demo):
-    out = demo
+    out, workspace = demo, Workspace(demo)
     first = ("--output-dir", out, *TINY, "--epochs", 1)
     run("03_train.py", *first, "--fold", "0,1")
-    runs = sorted(p.name for p in layout.runs_dir(out).iterdir())
+    runs = sorted(p.name for p in workspace.runs.iterdir())
     assert len(runs) == 1 and runs[0].startswith("saint+-d16-")  # named from the config
-    a = layout.run_dir(out, runs[0])
-    kept = {k: folder_bytes(layout.fold_dir(a, k)) for k in (0, 1)}
+    a = workspace.run(runs[0])
+    kept = {k: folder_bytes(a.fold(k).path) for k in (0, 1)}
 
     # the same command again: refused, and nothing is written
     again = run_numbered_script("03_train.py", *first, "--fold", "0")
@@ -262,18 +264,18 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
     assert "lr: 0.001 vs 0.003" in clash.stderr
     # another config without a name: a run of its own
     run("03_train.py", *first, "--lr", "3e-3", "--fold", "0")
-    assert len(list(layout.runs_dir(out).iterdir())) == 2
-    assert {k: folder_bytes(layout.fold_dir(a, k)) for k in (0, 1)} == kept
+    assert len(list(workspace.runs.iterdir())) == 2
+    assert {k: folder_bytes(a.fold(k).path) for k in (0, 1)} == kept
 
     # every fold in one command, resumable fold by fold: folds 0 and 1 are finished
     # (kept byte for byte), fold 2 trains
     run("03_train.py", *first, "--fold", "0-2", "--resume")
-    assert {k: folder_bytes(layout.fold_dir(a, k)) for k in (0, 1)} == kept
-    assert (layout.fold_dir(a, 2) / "best.pt").exists()
+    assert {k: folder_bytes(a.fold(k).path) for k in (0, 1)} == kept
+    assert a.fold(2).checkpoint().exists()
 
     # config.json reproduces the run: the same config, so the same run name
-    written = json.loads((layout.fold_dir(a, 0) / layout.CONFIG_FILE).read_text())
-    fed_back = parsed(["--config", str(layout.fold_dir(a, 0) / layout.CONFIG_FILE)])
+    written = json.loads(a.fold(0).config.read_text())
+    fed_back = parsed(["--config", str(a.fold(0).config)])
     assert run_name(fed_back) == runs[0]
     assert identity(asdict(fed_back)) == identity(
         {k: v for k, v in written.items() if k != "recorded"}
@@ -281,14 +283,14 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
 
     # 04 over two folds, then again: the second keeps both folds' streams
     run("04_infer.py", "--output-dir", out, "--run", runs[0], "--fold", "0,1", "--no-export")
-    streams = {k: folder_bytes(layout.fold_dir(a, k)) for k in (0, 1)}
+    streams = {k: folder_bytes(a.fold(k).path) for k in (0, 1)}
     kept_run = run("04_infer.py", "--output-dir", out, "--run", runs[0], "--fold", "0,1")
     assert kept_run.stdout.count("streamed already with this checkpoint") == 2
-    assert {k: folder_bytes(layout.fold_dir(a, k)) for k in (0, 1)} == streams
-    oof = pd.read_parquet(a / layout.OOF_FILE)
+    assert {k: folder_bytes(a.fold(k).path) for k in (0, 1)} == streams
+    oof = pd.read_parquet(a.oof)
     assert sorted(set(oof["fold"])) == [0, 1] and oof["row_id"].is_unique
     # a fold whose checkpoint changed since it streamed is streamed again
-    summary_path = layout.fold_dir(a, 1) / layout.STREAM_SUMMARY
+    summary_path = a.fold(1).stream_summary
     summary = json.loads(summary_path.read_text())
     summary_path.write_text(json.dumps(summary | {"checkpoint_digest": "another model"}))
     again = run("04_infer.py", "--output-dir", out, "--run", runs[0], "--fold", "0,1")
@@ -300,7 +302,7 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
     # prints run a's report first
     run("05_evaluate.py", "--output-dir", out, "--run", runs[0], "--bootstrap", 0,
         "--no-feature-baseline", "--no-progress")  # fmt: skip
-    table = read_runs(out)
+    table = read_runs(workspace)
     counts = table.groupby(["run", "stage"]).size().to_dict()
     b = next(name for name in table["run"] if name != runs[0])
     assert counts == {(runs[0], "train"): 3, (runs[0], "stream"): 3, (runs[0], "evaluate"): 1,
@@ -312,23 +314,20 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
     )
     assert trained["commit"].notna().all() and (trained["best_epoch"].astype(int) == 1).all()
     report = table[table["stage"] == "evaluate"].iloc[0]
-    summary = json.loads((a / "report" / "summary.json").read_text())
+    summary = json.loads(a.report.summary.read_text())
     # what the run submits (04 streamed the blend), its fold spread, and the model alone
     assert summary["submitted"] == "blend: model + boosted features"
     assert report["stream_auc"] == pytest.approx(summary["blend_auc"], abs=1e-6)
     assert report["model_auc"] == pytest.approx(summary["auc"], abs=1e-6)
-    fold_aucs = [
-        json.loads((layout.fold_dir(a, k) / "stream_summary.json").read_text())["auc"]
-        for k in (0, 1)
-    ]
+    fold_aucs = [json.loads(a.fold(k).stream_summary.read_text())["auc"] for k in (0, 1)]
     assert report["auc_fold_mean"] == pytest.approx(np.mean(fold_aucs), abs=1e-6)
     assert report["auc_fold_std"] == pytest.approx(np.std(fold_aucs, ddof=1), abs=1e-6)
     listed = run("05_evaluate.py", "--output-dir", out, "--runs").stdout.splitlines()
     shown = [line.split()[:2] for line in listed[1:]]
     assert [runs[0], "evaluate"] in shown  # with the streams, best streamed AUC first
-    order = sorted_runs(out)["stream_auc"].dropna().to_numpy()
+    order = sorted_runs(workspace)["stream_auc"].dropna().to_numpy()
     assert len(order) == 4 and (np.diff(order) <= 0).all()
-    text = (a / layout.REPORT_FILE).read_text()
+    text = a.report_file.read_text()
     assert text.startswith(f"# Evaluation report: run {runs[0]}")
     assert text.index("## Headline") < text.index("## Run")  # the answer first
     assert "Training command (every fold): `python " in text  # in-process: pytest's argv

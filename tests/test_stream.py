@@ -21,7 +21,6 @@ from common.data.folds import FoldConfig, make_folds
 from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
 from common.data.schema import TEST_COLUMNS, TRAIN_COLUMNS, TRAIN_DTYPES
-from common.layout import DATA_SUBDIR
 from common.model.predict import predict_tails, to_tensors
 from common.model.saint import SAINT, ModelConfig
 from common.model.tags import install_tags, tag_shape
@@ -32,6 +31,7 @@ from common.stream.cache_pool import CachePool
 from common.stream.emulator import TEST_DTYPES, Emulator, EmulatorConfig, StreamError, stream_frame
 from common.stream.online import OnlineState, Snapshot, build_snapshot
 from common.train.trainer import Trainer
+from common.workspace import Workspace
 from tests.helpers import make_tiny_demo, preprocess_real_rows, shared_file, train_config
 
 CPU = torch.device("cpu")
@@ -107,8 +107,9 @@ def test_lectures_are_served_but_not_predicted(tmp_path):
     output_dir, arrays, _ = preprocess_real_rows(
         tmp_path, "train_prefix_histories_420users.csv", assign_row_ids=True
     )
-    make_folds(output_dir, FoldConfig(n_folds=5, seed=1, strategy="unseen"))
-    frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
+    workspace = Workspace(output_dir)
+    make_folds(workspace, FoldConfig(n_folds=5, seed=1, strategy="unseen"))
+    frame = stream_frame(arrays, Fold.load(workspace, 0).stream_index)
     env = Emulator(frame, EmulatorConfig(seed=3, max_group_students=50))
     lectures = shared = 0
     previous_rows = None
@@ -256,9 +257,10 @@ def stream_predictions(
 def streamed(output_dir: Path, model: SAINT, frame=None, group_sizes=None, cache=4096,
              max_group=60):  # fmt: skip
     """The emulator and state after fold 0's stream (or `frame`), and the loop's timing."""
-    data = load_fold_data(output_dir, 0)
-    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
-    parts = question_parts(load_questions(output_dir / DATA_SUBDIR))
+    workspace = Workspace(output_dir)
+    data = load_fold_data(workspace, 0)
+    arrays = TrainArrays.load(workspace.data)
+    parts = question_parts(load_questions(workspace.data))
     skill = attach_if_read(model, data)
     snapshot = build_snapshot(
         data.sequences, arrays.users, data.train_length, model.config.receptive_field
@@ -268,7 +270,7 @@ def streamed(output_dir: Path, model: SAINT, frame=None, group_sizes=None, cache
         features = build_feature_snapshot(data.sequences, arrays.users, data.train_length)
         state = BlendState(state, None, parts, skill, features)
     if frame is None:
-        frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
+        frame = stream_frame(arrays, Fold.load(workspace, 0).stream_index)
         env = Emulator(frame, EmulatorConfig(seed=5, max_group_students=max_group))
     else:
         env = Emulator(frame, group_sizes=group_sizes)
@@ -292,7 +294,7 @@ def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags, monk
     # states are built in parts of 2 students (sorted by length), so a build here takes
     # several parts
     monkeypatch.setattr(online, "BUILD_PART", 2)
-    data = load_fold_data(demo_dir, 0)
+    data = load_fold_data(Workspace(demo_dir), 0)
     tagged = tags is True or str(tags).startswith("rasch")
     n_tags, max_tags = tag_shape(data.questions) if tagged else (0, 1)
     model = random_model(
@@ -345,14 +347,14 @@ def test_training_computes_what_the_stream_predicts(demo_dir, tmp_path):
     of the Trainer's epoch that trains on it (sequences that start after the history's
     beginning, behind their context, included). A state that starts `window` questions
     back, as the stream's did before, gives other predictions: the check can fail."""
-    data = load_fold_data(demo_dir, 0)
+    data = load_fold_data(Workspace(demo_dir), 0)
     config = train_config(
         d_model=32, heads=4, layers=2, window=12, dropout=0.0, span=30, select_on="fold",
         decoder_features=("elapsed", "lag", "explanation", "answer", "question"),
     )  # fmt: skip
     # every question is a training question here, so spans cover the validation tails
     everything = dataclasses.replace(data, fit_length=data.sequences.lengths())
-    trainer = Trainer(config, tmp_path, everything, CPU)
+    trainer = Trainer(config, Workspace(tmp_path).run("train"), everything, CPU)
     model = trainer.model.eval()
     with torch.no_grad():
         for parameter in model.parameters():
@@ -414,7 +416,7 @@ def test_training_computes_what_the_stream_predicts(demo_dir, tmp_path):
 
 @pytest.mark.slow
 def test_nothing_after_a_group_changes_its_predictions(demo_dir):
-    data = load_fold_data(demo_dir, 0)
+    data = load_fold_data(Workspace(demo_dir), 0)
     model = random_model(data.n_questions)
     env, _ = stream_predictions(demo_dir, model)
     frame, bounds = env.frame.copy(), env.bounds
@@ -449,8 +451,9 @@ def test_nothing_after_a_group_changes_its_predictions(demo_dir):
 def round_robin_stream(output_dir: Path) -> pd.DataFrame:
     """The fold's stream with students interleaved container by container (every student
     active at once), so a small cache pool must evict and rebuild."""
-    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
-    frame = stream_frame(arrays, Fold.load(output_dir, 0).stream_index)
+    workspace = Workspace(output_dir)
+    arrays = TrainArrays.load(workspace.data)
+    frame = stream_frame(arrays, Fold.load(workspace, 0).stream_index)
     container = frame.groupby("user_id")["timestamp"].rank(method="dense")
     order = np.lexsort((frame["global_row"], frame["user_id"], container))
     return frame.iloc[order].reset_index(drop=True)
@@ -460,7 +463,7 @@ def round_robin_stream(output_dir: Path) -> pd.DataFrame:
 def test_cache_eviction_is_bounded_and_exact(demo_dir):
     """A student whose cache was evicted is built again from their ring (the receptive
     field's questions), which gives the very predictions of a pool that never evicts."""
-    data = load_fold_data(demo_dir, 0)
+    data = load_fold_data(Workspace(demo_dir), 0)
     model = random_model(data.n_questions)
     grouped = Emulator(round_robin_stream(demo_dir), EmulatorConfig(seed=1, max_group_students=3))
     frame, sizes = grouped.frame, np.diff(grouped.bounds)
@@ -477,7 +480,7 @@ def test_the_loop_times_the_cache_builds_apart(demo_dir):
     """stream_loop's timing splits out the cache builds (a continuing student's first
     group): counted as the state counts them, a part of the predicting time, and the
     rate without them that of the loop's other seconds."""
-    model = random_model(load_fold_data(demo_dir, 0).n_questions)
+    model = random_model(load_fold_data(Workspace(demo_dir), 0).n_questions)
     _, state, timing = streamed(demo_dir, model)
     assert timing["cache_builds"] == state.builds > 0
     assert 0 < timing["build_seconds"] < timing["predict_seconds"] <= timing["seconds"]
@@ -510,7 +513,7 @@ def test_online_state_matches_batch_features_on_real_rows(tmp_path):
     student's ring holds exactly the batch features of those questions (outcomes of the
     last group, never revealed, excepted)."""
     output_dir, arrays, parts = preprocess_real_rows(tmp_path, "train_strict_format_5users.csv")
-    make_folds(output_dir, FoldConfig(n_folds=1, seed=2, strategy="last-n", last_n=250))
+    make_folds(Workspace(output_dir), FoldConfig(n_folds=1, seed=2, strategy="last-n", last_n=250))
     model = random_model(13523, window=30)
     env, state = stream_predictions(output_dir, model)
     seq = build_sequences(arrays, parts)
@@ -536,10 +539,11 @@ def test_online_state_matches_batch_features_on_real_rows(tmp_path):
 def test_a_snapshot_read_from_its_file_fills_the_same_state(demo_dir, tmp_path, monkeypatch):
     """The rings filled from a saved snapshot (fields read one at a time, students a chunk
     at a time, the chunk cut small here) equal those filled from the snapshot in memory."""
-    model = random_model(load_fold_data(demo_dir, 0).n_questions)
-    data = load_fold_data(demo_dir, 0)
-    arrays = TrainArrays.load(demo_dir / DATA_SUBDIR)
-    parts = question_parts(load_questions(demo_dir / DATA_SUBDIR))
+    workspace = Workspace(demo_dir)
+    model = random_model(load_fold_data(workspace, 0).n_questions)
+    data = load_fold_data(workspace, 0)
+    arrays = TrainArrays.load(workspace.data)
+    parts = question_parts(load_questions(workspace.data))
     snapshot = build_snapshot(
         data.sequences, arrays.users, data.train_length, model.config.receptive_field
     )

@@ -16,7 +16,8 @@ from common.model.checkpoint import load_model, save_checkpoint
 from common.model.inputs import AnsweredQuestion
 from common.model.saint import SAINT, ModelConfig
 from common.model.tags import install_tags, parse_tags, question_tag_matrix, tag_shape
-from tests.helpers import RUN, fold0, make_tiny_demo
+from common.workspace import Workspace
+from tests.helpers import RUN, fold0_folder, make_tiny_demo
 
 QUESTIONS = pd.DataFrame(
     {
@@ -121,7 +122,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_checkpoint_round_trip_keeps_the_tags(demo: Path, tmp_path: Path) -> None:
-    data = load_fold_data(demo, 0)
+    data = load_fold_data(Workspace(demo), 0)
     n_tags, max_tags = tag_shape(data.questions)
     config = ModelConfig(
         n_questions=data.n_questions, d_model=16, n_heads=2, window=30, n_tags=n_tags,
@@ -144,8 +145,8 @@ def test_train_and_stream_scripts_with_tags(demo: Path, run_script) -> None:
         "03_train.py", *flags, "--run", RUN, "--tags", "--question-embedding", "rasch"
     )
     assert done.returncode == 0, done.stderr
-    model, checkpoint = load_model(fold0(demo) / "best.pt")
-    data = load_fold_data(demo, 0)
+    model, checkpoint = load_model(fold0_folder(demo).checkpoint())
+    data = load_fold_data(Workspace(demo), 0)
     assert checkpoint["model_config"]["n_tags"] == tag_shape(data.questions)[0]
     assert checkpoint["model_config"]["question_embedding"] == "rasch"
     assert torch.count_nonzero(model.question_embed.weight) > 0  # difficulties were learned
@@ -155,4 +156,4 @@ def test_train_and_stream_scripts_with_tags(demo: Path, run_script) -> None:
     assert np.array_equal(model.question_tags.numpy(), expected)
     done = run_script("04_infer.py", "--output-dir", demo, "--no-progress", "--no-export")
     assert done.returncode == 0, done.stderr
-    assert (fold0(demo) / "validation_predictions.csv").exists()
+    assert fold0_folder(demo).validation_predictions.exists()

@@ -29,7 +29,15 @@ from common.train.plan import (
     micro_batch_groups,
 )
 from common.train.trainer import Trainer
-from tests.helpers import RUN, fold0, make_tiny_demo, run_folder, run_numbered_script, train_config
+from common.workspace import Bundle, KaggleFolder, Workspace
+from tests.helpers import (
+    RUN,
+    fold0_folder,
+    make_tiny_demo,
+    run_numbered_script,
+    run_of,
+    train_config,
+)
 
 TINY = [
     "--batch-size", "32", "--warmup", "10", "--d-model", "16", "--heads", "2",
@@ -46,8 +54,9 @@ def fresh_run(demo: Path, tmp: Path) -> Path:
     """An output dir sharing the demo's data and folds, with no training outputs yet."""
     out = tmp / "run"
     out.mkdir()
-    for name in ("data", "folds"):
-        os.symlink(demo / name, out / name)
+    shared, fresh = Workspace(demo), Workspace(out)
+    os.symlink(shared.data.path, fresh.data.path)
+    os.symlink(shared.folds.path, fresh.folds.path)
     return out
 
 
@@ -87,7 +96,7 @@ def test_resume_reads_a_checkpoint_from_before_a_model_option_existed(demo, tmp_
     checkpoints; resuming them must read it as its default, not as a changed config."""
     out = fresh_run(demo, tmp_path)
     train(out, "--epochs", "1")
-    path = fold0(out) / "epoch_01.pt"
+    path = fold0_folder(out).epoch_checkpoint(1)
     checkpoint = torch.load(path, weights_only=False)
     del checkpoint["model_config"]["question_embedding"]
     save_checkpoint(path, checkpoint)
@@ -99,18 +108,19 @@ def test_resume_reads_a_checkpoint_from_before_a_model_option_existed(demo, tmp_
 def test_checkpoints_are_self_describing(demo, tmp_path):
     out = fresh_run(demo, tmp_path)
     printed = train(out, "--epochs", "2")
-    fold_dir = fold0(out)
-    for name in ("epoch_01.pt", "epoch_02.pt", "best.pt", "history.csv", "config.json"):
-        assert (fold_dir / name).exists(), name
-    assert (fold_dir / "train_run.json").exists()
-    assert not [p for p in fold_dir.iterdir() if p.name.startswith(".")]
-    history = pd.read_csv(fold_dir / "history.csv")
+    folder = fold0_folder(out)
+    written = (folder.epoch_checkpoint(1), folder.epoch_checkpoint(2), folder.checkpoint())
+    for path in (*written, folder.history, folder.config):
+        assert path.exists(), path.name
+    assert folder.record("train").exists()
+    assert not [p for p in folder.path.iterdir() if p.name.startswith(".")]
+    history = pd.read_csv(folder.history)
     assert list(history.columns) == [
         "epoch", "train_loss", "inner_loss", "inner_auc", "fold_loss", "fold_auc",
         "interactions_per_s", "train_seconds", "valid_seconds", "lr",
     ]  # fmt: skip
     assert history["epoch"].tolist() == [1, 2]
-    checkpoint = torch.load(fold_dir / "epoch_02.pt", weights_only=False)
+    checkpoint = torch.load(folder.epoch_checkpoint(2), weights_only=False)
     for key in (
         "model_config", "model_state", "optimizer_state", "scheduler_state", "scaler_state",
         "epoch", "step", "best_auc", "fold", "rng_state", "train_config", "history",
@@ -126,9 +136,9 @@ def test_checkpoints_are_self_describing(demo, tmp_path):
     assert "best inner validation AUC" in printed
     # best.pt's predictions of the inner split, for 05's blend: the inner questions, each
     # once, with the selected epoch, and the AUC the history records for that epoch
-    best = torch.load(fold_dir / "best.pt", weights_only=False)["best_epoch"]
-    inner = pd.read_parquet(fold_dir / "inner_predictions.parquet")
-    split = load_fold_data(out, 0, inner_share=0.1, seed=0)
+    best = torch.load(folder.checkpoint(), weights_only=False)["best_epoch"]
+    inner = pd.read_parquet(folder.inner_predictions)
+    split = load_fold_data(Workspace(out), 0, inner_share=0.1, seed=0)
     seq = split.sequences
     expected_rows = seq.row[split.inner_tails.flat_index(seq)]
     np.testing.assert_array_equal(inner["global_row"].to_numpy(), expected_rows)
@@ -137,8 +147,8 @@ def test_checkpoints_are_self_describing(demo, tmp_path):
     recorded = history.set_index("epoch").loc[best, "inner_auc"]
     assert auc_or_nan(labels, inner["prediction"].to_numpy()) == pytest.approx(recorded)
     # inference rebuilds the model from the checkpoint alone
-    model, _ = load_model(fold_dir / "best.pt")
-    data = load_fold_data(out, 0)
+    model, _ = load_model(folder.checkpoint())
+    data = load_fold_data(Workspace(out), 0)
     one = (np.array([0]), np.array([0]), np.array([10]))
     inputs = window_inputs(data.sequences, *one, model.config.n_questions)
     with torch.no_grad():
@@ -150,7 +160,7 @@ def test_early_stopping_after_patience(demo, tmp_path):
     out = fresh_run(demo, tmp_path)
     # lr 1e-30 leaves float32 weights unchanged: the validation AUC never improves after epoch 1
     train(out, "--epochs", "6", "--lr", "1e-30", "--patience", "1")
-    history = pd.read_csv(fold0(out) / "history.csv")
+    history = pd.read_csv(fold0_folder(out).history)
     assert history["epoch"].tolist() == [1, 2, 3]
 
 
@@ -166,40 +176,42 @@ def test_full_data_trains_every_student_for_the_cv_epochs_and_exports_it(demo, t
     assert refused.returncode == 2 and "no fold*/best.pt" in refused.stderr
     # lr 1e-30: the weights stay as they are, epoch 1 stays best
     train(out, "--epochs", "3", "--lr", "1e-30", "--patience", "5")
-    cv_best = torch.load(fold0(out) / "best.pt", weights_only=False)["best_epoch"]
+    cv_best = torch.load(fold0_folder(out).checkpoint(), weights_only=False)["best_epoch"]
     assert cv_best == 1
     stdout = train(out, "--full-data", "--epochs", "0")
     assert "epochs from CV: best epochs {'fold0': 1}, median 1" in stdout
-    lengths = load_full_data(out).sequences.lengths()
+    lengths = load_full_data(Workspace(out)).sequences.lengths()
     assert f"full data: {len(lengths):,} students' {lengths.sum():,} questions all train" in stdout
-    full = run_folder(out) / "full"
-    best = torch.load(full / "best.pt", weights_only=False)
+    full = run_of(out).full
+    best = torch.load(full.checkpoint(), weights_only=False)
     assert best["epoch"] == best["best_epoch"] == 1 and best["fold"] is None
     assert best["fold_fingerprint"] is None
-    assert pd.read_csv(full / "history.csv")["epoch"].tolist() == [1]
-    data = load_full_data(out)  # every question of every student is a training question
+    assert pd.read_csv(full.history)["epoch"].tolist() == [1]
+    data = load_full_data(Workspace(out))  # every question of every student is a training question
     assert np.array_equal(data.fit_length, data.sequences.lengths())
     assert len(data.fold_tails.students) == 0 and len(data.inner_tails.students) == 0
     streamed = run_numbered_script(
         "04_infer.py", "--output-dir", out, "--fold", 0, "--no-export", "--no-progress"
     )  # fold 0's blend weight, chosen on its inner split
     assert streamed.returncode == 0, streamed.stderr
-    fold_weight = json.loads((fold0(out) / "blend.json").read_text())["weight"]
+    fold_weight = json.loads(fold0_folder(out).blend.read_text())["weight"]
     bundle = tmp_path / "bundle"
     flags = ("--output-dir", out, "--full", "--kaggle-dir", bundle, "--no-progress")
     exported = run_numbered_script("04_infer.py", *flags)
     assert exported.returncode == 0, exported.stderr
-    dataset = bundle / "dataset"
-    bundled = torch.load(dataset / "full" / "best.pt", weights_only=False)
+    kaggle = KaggleFolder(bundle)
+    dataset = Bundle(kaggle.dataset)
+    bundled = torch.load(dataset.model("full").checkpoint(), weights_only=False)
     assert bundled["model_digest"] == best["model_digest"]
-    cell = json.loads((bundle / "kernel" / "submission.ipynb").read_text())["cells"][0]
+    notebook = kaggle.kernel / KaggleFolder.NOTEBOOK
+    cell = json.loads(notebook.read_text())["cells"][0]
     assert 'run_submission(BUNDLE, model="full")' in "".join(cell["source"])
-    assert (dataset / "state" / "snapshot.npz").exists() and not (dataset / "fold0").exists()
+    assert dataset.snapshot.exists() and not dataset.model("fold0").path.exists()
     # the full-data trees, fitted on every question row, with the folds' median weight
-    blend = BlendBundle.load(dataset / "full")
+    blend = BlendBundle.load(dataset.model("full"))
     assert blend.weight == fold_weight and blend.record["fold_weights"] == {"0": fold_weight}
     assert blend.record["trees"]["train_rows"] == int(lengths.sum())
-    assert (dataset / "state" / "features.npz").exists()
+    assert dataset.features.exists()
     assert f"blend weight {fold_weight:g}" in exported.stdout
 
 
@@ -268,11 +280,11 @@ def test_activation_estimate_bounds_what_backward_keeps(demo):
     """activation_bytes (what sizes a CUDA part) is at least what a training forward
     saves for backward per position computed (torch's saved-tensor hooks, each storage
     counted once, weights not), and within 3x of it."""
-    data = load_fold_data(demo, 0)
+    data = load_fold_data(Workspace(demo), 0)
     config = train_config(
         d_model=64, heads=4, layers=2, window=10, batch_size=48, progress=False, select_on="fold"
     )
-    trainer = Trainer(config, demo / "activations", data, torch.device("cpu"))
+    trainer = Trainer(config, Workspace(demo).run("activations"), data, torch.device("cpu"))
     spans = epoch_spans(data.train_length, 40, 40, np.random.default_rng(0))
     batch = to_tensors(trainer.batch_inputs(*spans, np.arange(48)), torch.device("cpu"))
     weights = {p.untyped_storage().data_ptr() for p in trainer.model.parameters()}
@@ -292,7 +304,7 @@ def test_activation_estimate_bounds_what_backward_keeps(demo):
 
 
 def test_micro_batches_give_the_whole_batch_gradient(demo):
-    data = load_fold_data(demo, 0)
+    data = load_fold_data(Workspace(demo), 0)
     spans = epoch_spans(data.train_length, 30, 20, np.random.default_rng(0))
     weights = []
     for micro in (48, 7, 0):  # 0: the CPU default, parts of similar-length windows
@@ -307,7 +319,7 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
             progress=False,
             select_on="fold",
         )
-        trainer = Trainer(config, demo / "micro", data, torch.device("cpu"))
+        trainer = Trainer(config, Workspace(demo).run("micro"), data, torch.device("cpu"))
         batch = to_tensors(trainer.batch_inputs(*spans, np.arange(48)), torch.device("cpu"))
         trainer.train_step(batch)
         weights.append(trainer.model.state_dict())
@@ -348,16 +360,16 @@ def test_distributed_training_with_two_processes(demo, tmp_path):
             os.environ["OMP_NUM_THREADS"] = env_threads
     assert refused.returncode != 0 and "already holds this config's run" in refused.stderr
     for k in (0, 1):
-        written = sorted(p.name for p in (run_folder(out) / f"fold{k}").glob("*.pt"))
+        written = sorted(p.name for p in run_of(out).fold(k).path.glob("*.pt"))
         assert written == ["best.pt", "epoch_01.pt", "epoch_02.pt"], k
     assert printed.count("epoch 2:") == 2  # only rank 0 reports, once per fold
-    runs = pd.read_csv(out / "runs.csv")
+    runs = pd.read_csv(Workspace(out).runs_table)
     assert runs["folds"].tolist() == [0, 1] and (runs["stage"] == "train").all()
-    fold_dir = fold0(out)
-    history = pd.read_csv(fold_dir / "history.csv")
+    folder = fold0_folder(out)
+    history = pd.read_csv(folder.history)
     assert history["epoch"].tolist() == [1, 2]
     assert history["inner_auc"].notna().all() and history["fold_auc"].notna().all()
-    checkpoint = torch.load(fold_dir / "best.pt", weights_only=False)
+    checkpoint = torch.load(folder.checkpoint(), weights_only=False)
     assert not any(k.startswith("module.") for k in checkpoint["model_state"])
 
 

@@ -26,6 +26,7 @@ from common.model.boosting import (
     to_trees,
 )
 from common.model.trees import Trees
+from common.workspace import Workspace
 from tests.helpers import REPO, preprocess_real_rows
 
 KAGGLE2020_PYTHON = REPO / ".venv-kaggle2020" / "bin" / "python"
@@ -43,7 +44,7 @@ def fitted_on_real_rows(tmp_path_factory):
     output_dir, arrays, parts = preprocess_real_rows(
         tmp, "train_prefix_histories_420users.csv", assign_row_ids=True
     )
-    data = Dataset.load(output_dir)
+    data = Dataset.load(Workspace(output_dir))
     sequences = build_sequences(arrays, parts)
     skill = question_skills(data.questions, data.n_questions)
     train = np.zeros(len(sequences.row), dtype=bool)

@@ -23,8 +23,8 @@ from bench.kt.peer_configs import NAMES, PEERS, peer_config
 from bench.kt.peer_data import peer_fold_dir
 from bench.kt.plans import Context, DatasetPlan
 from common.files import write_text
-from common.layout import STREAM_PREDICTIONS
 from common.metrics import auc_or_nan, paired_bootstrap_auc_difference
+from common.workspace import Workspace
 
 OURS = {
     "model_prediction": "ours: model",
@@ -40,12 +40,13 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def fold_rows(ctx: Context, plan: DatasetPlan, model_dir: Path, k: int) -> pd.DataFrame | None:
+def fold_rows(ctx: Context, plan: DatasetPlan, ours: Workspace, k: int) -> pd.DataFrame | None:
     """Fold k's streamed rows: label, student, steps before the row's (`position`),
     whether it is a student's first step (`first_step`, no peer predicts it) and whether
     its concept repeats the step before it; ours and every finished peer's prediction
-    (NaN on first steps). None until ours and the peers' data file exist."""
-    stream = FoldRun(model_dir, fold=k).folder / STREAM_PREDICTIONS
+    (NaN on first steps); ours from our model's workspace `ours`. None until ours and the
+    peers' data file exist."""
+    stream = FoldRun(ours, fold=k).folder.stream_predictions
     data = peer_fold_dir(ctx, plan, k) / "data.npz"
     if not stream.exists() or not data.exists():
         return None
@@ -95,8 +96,8 @@ def score_table(
 ) -> tuple[list[dict], pd.DataFrame | None]:
     """(one dict per model: ours (model, trees, blend) and each peer, each on the folds it
     has finished, on the rows after each student's first step; every fold's rows)."""
-    model_dir = ctx.model_dir(plan, our_model)
-    every = [fold_rows(ctx, plan, model_dir, k) for k in range(plan.n_folds)]
+    ours = Workspace(ctx.model_dir(plan, our_model))
+    every = [fold_rows(ctx, plan, ours, k) for k in range(plan.n_folds)]
     every = [f for f in every if f is not None]
     if not every:
         return [], None

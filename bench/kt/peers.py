@@ -49,6 +49,7 @@ from common import recipe
 from common.data.dataset import Dataset
 from common.data.fold_data import load_fold_data
 from common.files import write_json
+from common.workspace import Workspace
 
 # our recipe for the public data sets (README; configs/assist2009_pid.toml, whose model is
 # MODEL_FLAGS[OUR_MODEL], tests/test_recipes.py): SAINT with Rasch skill embeddings, AKT's
@@ -94,14 +95,15 @@ def our_context(args: argparse.Namespace) -> Context:
     return ctx
 
 
-def export_fold(ctx: Context, plan: DatasetPlan, prep: Path, k: int) -> Path:
-    """The fold's npz for the peers, cut with our run's inner share and seed."""
+def export_fold(ctx: Context, plan: DatasetPlan, prep: Workspace, k: int) -> Path:
+    """The fold's npz for the peers (fold k of the prep workspace), cut with our run's
+    inner share and seed."""
     path = peer_fold_dir(ctx, plan, k) / "data.npz"
     if path.exists():
         return path
     train = ctx.settings.train
-    dataset = Dataset.load(prep)
-    data = load_fold_data(prep, k, inner_share=train.inner_share, seed=train.seed, dataset=dataset)
+    dataset = Dataset.of(prep)
+    data = load_fold_data(prep, k, inner_share=train.inner_share, seed=train.seed)
     splits, meta = fold_splits(dataset, data)
     meta.update(
         dataset=plan.preset,
@@ -142,14 +144,14 @@ def run_peer(ctx: Context, plan: DatasetPlan, peer: str, data: Path, k: int, p: 
     return result
 
 
-def run_grid_fold(ctx: Context, plan: DatasetPlan, prep: Path, k: int, p: PeerArgs) -> None:
+def run_grid_fold(ctx: Context, plan: DatasetPlan, prep: Workspace, k: int, p: PeerArgs) -> None:
     """Ours, then every peer, on fold k (its peer data exported first: the tables read the
     fold's steps from it, whichever side runs)."""
     data = export_fold(ctx, plan, prep, k)
     if "ours" in p.sides:
-        model_dir = kt_run.prepare_model_dir(ctx, plan, OUR_MODEL, prep)
+        ours = kt_run.prepare_model_dir(ctx, plan, OUR_MODEL, prep)
         print(f"{plan.preset} ({plan.split}) fold {k}: ours", flush=True)
-        kt_run.run_fold(ctx, plan, OUR_MODEL, model_dir, k)
+        kt_run.run_fold(ctx, plan, OUR_MODEL, ours, k)
     if "peers" not in p.sides:
         return
     for peer in p.peers:

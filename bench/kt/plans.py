@@ -17,6 +17,7 @@ from bench.benchlib import RECIPES, recipe_flags
 from common.cli import recipe_config, to_argv
 from common.data.folds import FoldConfig
 from common.train.config import TrainConfig
+from common.workspace import ModelFolder
 
 # 03_train.py flags of each model name: the papers' SAINT and SAINT+, and extensions:
 # "-tags" adds the mean embedding of the question's skills to the encoder (--tags);
@@ -158,7 +159,10 @@ class TrainSettings:
         return to_argv(self.train, BENCH_KNOBS) + pairs + list(self.extra)
 
     def checkpoint_file(self) -> str:
-        return "best.pt" if self.checkpoint == "best" else f"epoch_{self.train.epochs:02d}.pt"
+        """The checkpoint 04 streams (--checkpoint): best.pt, or the last epoch's."""
+        if self.checkpoint == "best":
+            return ModelFolder.BEST
+        return ModelFolder(Path()).epoch_checkpoint(self.train.epochs).name
 
     def key(self) -> str:
         text = json.dumps(asdict(self), sort_keys=True)

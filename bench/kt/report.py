@@ -22,6 +22,7 @@ from common.model.blending import BLEND
 from common.model.boosting import FEATURE_BASELINE
 from common.report.baselines import BASELINE_NAMES
 from common.tables import markdown_table
+from common.workspace import Workspace
 
 BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)
 SCORERS = (BLEND, *BASELINES)  # beside the model, each where 05 scored it
@@ -32,10 +33,12 @@ def finished_results(model_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in paths]
 
 
-def fold_metrics(model_dir: Path, k: int) -> dict:
+def fold_metrics(workspace: Workspace, k: int) -> dict:
     """AUC and accuracy at 0.5 of the model, the blend and the baselines on fold k (05's
-    metrics.csv; the blend and the boosted features where 05 scored them)."""
-    table = pd.read_csv(bench_run(model_dir) / "report" / "metrics.csv", dtype={"fold": str})
+    metrics.csv in the model's workspace; the blend and the boosted features where 05
+    scored them)."""
+    metrics = bench_run(workspace).report.table("metrics", "csv")
+    table = pd.read_csv(metrics, dtype={"fold": str})
     rows = table[table["fold"] == str(k)].set_index("scorer")
     scores = {}
     for scorer in ("model", *SCORERS):

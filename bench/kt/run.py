@@ -75,6 +75,7 @@ from common.metrics import score_metrics
 from common.report.evaluate import EvaluateConfig
 from common.report.scored_rows import baseline_columns, streamed_entries
 from common.train.config import TrainConfig, add_train_flags
+from common.workspace import Workspace
 
 SLICE_SEED = 0
 PUBLISHED = Path(__file__).with_name("published_kt_results.csv")
@@ -116,16 +117,16 @@ def slice_students(full_dir: Path, input_dir: Path, count: int) -> dict:
     return record
 
 
-def prepare_dataset(ctx: Context, plan: DatasetPlan) -> Path:
+def prepare_dataset(ctx: Context, plan: DatasetPlan) -> Workspace:
     """00 (+ slice), 01 and 02 into the dataset's directory; each step is skipped when its
-    output exists (they are all written atomically). Returns the prep directory."""
+    output exists (they are all written atomically). Returns the prep workspace."""
     args, root = ctx.args, ctx.dataset_dir(plan)
     if args.force:  # model directories stay: their folds are redone one by one
         for name in ("input_full", "input", "prep"):
             shutil.rmtree(root / name, ignore_errors=True)
     logs = root / "logs"
     full_dir = root / ("input_full" if args.slice_students else "input")
-    input_dir, prep_dir = root / "input", root / "prep"
+    input_dir, prep = root / "input", Workspace(root / "prep")
     if not (full_dir / "conversion.json").exists():
         source = args.source_root / PRESETS[plan.preset].folder
         rows = args.multi_skill_rows
@@ -135,20 +136,22 @@ def prepare_dataset(ctx: Context, plan: DatasetPlan) -> Path:
     if args.slice_students and not (input_dir / "slice.json").exists():
         record = slice_students(full_dir, input_dir, args.slice_students)
         print(f"  slice: {record['students']} of {record['of_students']} students", flush=True)
-    if not (prep_dir / "data").exists():
-        preprocess = script("01_preprocess.py", *flags(input_dir=input_dir, output_dir=prep_dir))
+    where = flags(input_dir=input_dir, output_dir=prep.path)
+    if not prep.data.path.exists():
+        preprocess = script("01_preprocess.py", *where)
         run([*preprocess, "--no-progress"], logs / "01_preprocess.log", label="01 preprocess")
-    if not (prep_dir / "folds" / "folds.json").exists():
-        folds = [*flags(input_dir=input_dir, output_dir=prep_dir), *plan.fold_flags]
+    if not prep.folds.manifest.exists():
+        folds = [*where, *plan.fold_flags]
         run(script("02_make_folds.py", *folds), logs / "02_make_folds.log", label="02 make folds")
-    return prep_dir
+    return prep
 
 
-def prepare_model_dir(ctx: Context, plan: DatasetPlan, model: str, prep_dir: Path) -> Path:
-    """The model's output directory, with data/ and folds/ linked to the shared prep."""
-    model_dir = link_data(ctx.model_dir(plan, model), prep_dir)
-    write_json(model_dir / "bench_config.json", {"model": model, **asdict(ctx.settings)})
-    return model_dir
+def prepare_model_dir(ctx: Context, plan: DatasetPlan, model: str, prep: Workspace) -> Workspace:
+    """The model's workspace, its data/ and folds/ linked to the shared prep's."""
+    workspace = link_data(ctx.model_dir(plan, model), prep)
+    settings = {"model": model, **asdict(ctx.settings)}
+    write_json(workspace.path / "bench_config.json", settings)
+    return workspace
 
 
 # ---------------------------------------------------------------------------------------
@@ -162,25 +165,26 @@ def fold_flags(ctx: Context, model: str) -> tuple[list[str], list[str]]:
     return train, flags(checkpoint=s.checkpoint_file(), device=s.train.device)
 
 
-def evaluate_command(ctx: Context, plan: DatasetPlan, model_dir: Path, k: int) -> list[str]:
+def evaluate_command(ctx: Context, plan: DatasetPlan, workspace: Workspace, k: int) -> list[str]:
     """05_evaluate.py scoring fold k alone (no bootstrap: the pooled run has it)."""
-    input_dir = ctx.dataset_dir(plan) / "input"
-    score = flags(input_dir=input_dir, output_dir=model_dir, run=BENCH_RUN, folds=k, bootstrap=0)
-    return script("05_evaluate.py", *score, "--no-progress")
+    where = flags(input_dir=ctx.dataset_dir(plan) / "input", output_dir=workspace.path)
+    score = flags(run=BENCH_RUN, folds=k, bootstrap=0)
+    return script("05_evaluate.py", *where, *score, "--no-progress")
 
 
-def report_lock(model_dir: Path):
+def report_lock(workspace: Workspace):
     """Each 05 run rewrites the run's report/. Two KT benchmark jobs on one model (other
     folds) take turns at 05 and at reading its table back, so neither reads the other's
-    (an exclusive flock on model_dir/report.lock, released when the block ends)."""
-    return file_lock(model_dir / "report.lock")
+    (an exclusive flock on report.lock in the model's workspace, released when the block
+    ends)."""
+    return file_lock(workspace.path / "report.lock")
 
 
-def run_baselines(ctx: Context, plan: DatasetPlan, model_dir: Path, k: int) -> dict:
+def run_baselines(ctx: Context, plan: DatasetPlan, workspace: Workspace, k: int) -> dict:
     """05's baselines on fold k's streamed question rows, in this process (no model)."""
     clock = time.perf_counter()
-    data = Dataset.load(model_dir)
-    fold = Fold.load(model_dir, k)
+    data = Dataset.of(workspace)
+    fold = Fold.of(workspace, k)
     entries = streamed_entries(data, fold)
     config = EvaluateConfig()
     columns = baseline_columns(data, fold, entries, config.baselines, config.features)
@@ -209,33 +213,36 @@ def run_baselines(ctx: Context, plan: DatasetPlan, model_dir: Path, k: int) -> d
     }
 
 
-def run_fold(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: int) -> dict:
-    """Train, stream and score fold k of `model`, or load its result when it exists."""
-    result_path = model_dir / "results" / f"fold{k}.json"
+def run_fold(ctx: Context, plan: DatasetPlan, model: str, workspace: Workspace, k: int) -> dict:
+    """Train, stream and score fold k of `model` in its workspace, or load its result when
+    it exists."""
+    result_path = workspace.path / "results" / f"fold{k}.json"
     if result_path.exists() and not ctx.args.force:
         print(f"  skip: {relative(result_path)} exists", flush=True)
         return json.loads(result_path.read_text())
     if model == BASELINES_ONLY:
-        result = run_baselines(ctx, plan, model_dir, k)
+        result = run_baselines(ctx, plan, workspace, k)
     else:
         if ctx.args.force:
             result_path.unlink(missing_ok=True)
-            shutil.rmtree(FoldRun(model_dir, fold=k).folder, ignore_errors=True)
-        result = train_and_score(ctx, plan, model, model_dir, k)
+            shutil.rmtree(FoldRun(workspace, fold=k).folder.path, ignore_errors=True)
+        result = train_and_score(ctx, plan, model, workspace, k)
     write_json(result_path, result)
     return result
 
 
-def train_and_score(ctx: Context, plan: DatasetPlan, model: str, model_dir: Path, k: int) -> dict:
+def train_and_score(
+    ctx: Context, plan: DatasetPlan, model: str, workspace: Workspace, k: int
+) -> dict:
     """03 and 04 on fold k, then 05 scoring it: the fold's result."""
-    fold, logs = FoldRun(model_dir, fold=k), model_dir / "logs"
+    fold, logs = FoldRun(workspace, fold=k), workspace.path / "logs"
     train_flags, stream_flags = fold_flags(ctx, model)
     wall = train_and_stream(fold, train_flags, stream_flags, logs=logs, label=f"fold {k}")
-    evaluate = evaluate_command(ctx, plan, model_dir, k)
-    with report_lock(model_dir):
+    evaluate = evaluate_command(ctx, plan, workspace, k)
+    with report_lock(workspace):
         log = logs / f"fold{k}_evaluate.log"
         wall["evaluate"] = run(evaluate, log, label=f"evaluate fold {k}")
-        scores = kt_report.fold_metrics(model_dir, k)
+        scores = kt_report.fold_metrics(workspace, k)
     commands = [fold.train_command(train_flags), fold.stream_command(stream_flags), evaluate]
     return fold_result(ctx, plan, model, fold, scores, wall, commands)
 
@@ -251,7 +258,7 @@ def fold_result(
 ) -> dict:
     """What results/fold{k}.json keeps of a trained, streamed and scored fold."""
     history, stream = fold.history(), fold.stream_summary()
-    run_record = json.loads((fold.folder / "train_run.json").read_text())
+    run_record = json.loads(fold.folder.record("train").read_text())
     return {
         "dataset": plan.preset,
         "split": plan.split,
@@ -275,9 +282,9 @@ def fold_result(
     }
 
 
-def pooled_report(ctx: Context, plan: DatasetPlan, model_dir: Path, folds: list[int]) -> None:
+def pooled_report(ctx: Context, plan: DatasetPlan, workspace: Workspace, folds: list[int]) -> None:
     """05 over every finished fold of the model (the pooled report.md)."""
-    stamp = bench_run(model_dir) / "report" / "bench_pooled.json"
+    stamp = bench_run(workspace).report.path / "bench_pooled.json"
     wanted = {"folds": folds, "bootstrap": ctx.args.bootstrap}
     if stamp.exists() and json.loads(stamp.read_text()) == wanted:
         return
@@ -285,9 +292,10 @@ def pooled_report(ctx: Context, plan: DatasetPlan, model_dir: Path, folds: list[
         write_json(stamp, wanted)
         return
     scope = flags(folds=",".join(map(str, folds)), bootstrap=ctx.args.bootstrap, no_progress=True)
-    where = flags(input_dir=ctx.dataset_dir(plan) / "input", output_dir=model_dir, run=BENCH_RUN)
-    with report_lock(model_dir):
-        log = model_dir / "logs" / "evaluate_pooled.log"
+    input_dir = ctx.dataset_dir(plan) / "input"
+    where = flags(input_dir=input_dir, output_dir=workspace.path, run=BENCH_RUN)
+    with report_lock(workspace):
+        log = workspace.path / "logs" / "evaluate_pooled.log"
         run(script("05_evaluate.py", *where, *scope), log, label="05 pooled")
         write_json(stamp, wanted)
 
@@ -372,20 +380,20 @@ def main(argv: list[str] | None = None) -> int:
     ctx, plans, table_plans, models, folds = parse_args(argv)
     for plan in [] if ctx.args.table_only else plans:
         print(f"{plan.preset} ({plan.split}): preparing {relative(ctx.dataset_dir(plan))}")
-        prep_dir = prepare_dataset(ctx, plan)
+        prep = prepare_dataset(ctx, plan)
         wanted = [k for k in (folds or range(plan.n_folds)) if k < plan.n_folds]
         if folds and len(wanted) < len(folds):
             print(f"  {plan.split} has {plan.n_folds} fold(s): running {wanted}", flush=True)
-        model_dirs = {m: prepare_model_dir(ctx, plan, m, prep_dir) for m in models}
+        spaces = {m: prepare_model_dir(ctx, plan, m, prep) for m in models}
         for k in wanted:
             for model in models:
-                print(f"{plan.preset} fold {k} {model} ({model_dirs[model].name})", flush=True)
-                run_fold(ctx, plan, model, model_dirs[model], k)
+                print(f"{plan.preset} fold {k} {model} ({spaces[model].path.name})", flush=True)
+                run_fold(ctx, plan, model, spaces[model], k)
                 write_results(ctx, render_section(ctx, table_plans))
         for model in models:
-            finished = [r["fold"] for r in kt_report.finished_results(model_dirs[model])]
+            finished = [r["fold"] for r in kt_report.finished_results(spaces[model].path)]
             if finished and model != BASELINES_ONLY:
-                pooled_report(ctx, plan, model_dirs[model], finished)
+                pooled_report(ctx, plan, spaces[model], finished)
     section = relative(render_section(ctx, table_plans))
     print(section, flush=True)
     write_results(ctx, section)

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bench.benchlib import H200_FREE_BYTES, bench_fold, module, script
+from bench.benchlib import H200_FREE_BYTES, bench_fold, bench_run, module, script
 from bench.rehearsal.measure import Measured, counted, measure
 from bench.rehearsal.stream import (
     GROUP_ROWS,
@@ -51,12 +51,12 @@ from common.data.fold_data import load_fold_data
 from common.data.schema import QUESTION
 from common.files import write_json
 from common.inputs.demo_parallel import make_demo_parallel, riiid_config
-from common.layout import FEATURE_SNAPSHOT_FILE, FOLDS_SUBDIR, SNAPSHOT_FILE, state_dir
 from common.model.predict import to_tensors
 from common.model.saint import ModelConfig
 from common.train.config import TrainConfig
 from common.train.plan import PartPlan
 from common.train.trainer import Trainer
+from common.workspace import Workspace
 
 # the recipe's stages, in the order they run (full_scale's --skip names them)
 STAGES = (
@@ -82,15 +82,16 @@ def stage_generate(args: argparse.Namespace) -> dict:
     return make_demo_parallel(config, args.input_dir, args.chunk_users, args.jobs)
 
 
-def _trainer(data_dir: Path, work: Path, batch_size: int) -> tuple[Trainer, dict]:
-    """03's Trainer at the reference size (batch 512 unless told) on fold 0 with 03's
-    inner split, loaded as 03 loads it; and the seconds each part took."""
+def _trainer(args: argparse.Namespace) -> tuple[Trainer, dict]:
+    """03's Trainer at the reference size (--batch-size, 512 unless told) on fold 0 of the
+    workspace --data-dir with 03's inner split, loaded as 03 loads it, its run the
+    benchmark run of the workspace --work-dir; and the seconds each part took."""
     model = ModelConfig(**REFERENCE)
-    config = TrainConfig(batch_size=batch_size, progress=False, model=model)
+    config = TrainConfig(batch_size=args.batch_size, progress=False, model=model)
     begin = time.perf_counter()
-    data = load_fold_data(data_dir, 0, config.inner_share, config.seed)
+    data = load_fold_data(Workspace(args.data_dir), 0, config.inner_share, config.seed)
     loaded = time.perf_counter()
-    trainer = Trainer(config, work, data, torch.device("cpu"))
+    trainer = Trainer(config, bench_run(Workspace(args.work_dir)), data, torch.device("cpu"))
     return trainer, {"load_s": loaded - begin, "trainer_s": time.perf_counter() - loaded}
 
 
@@ -98,7 +99,7 @@ def stage_train(args: argparse.Namespace) -> dict:
     """Warm-up steps, then `steps` timed optimizer steps of epoch 1 as 03 runs them (its
     batches, built from the loaded data by the Trainer), then one more step counted."""
     torch.set_num_threads(args.threads)
-    trainer, seconds = _trainer(args.data_dir, args.work_dir, args.batch_size)
+    trainer, seconds = _trainer(args)
     (student, start, begin, stop), steps = trainer.epoch_batches(0)
     spans = (student, start, begin, stop)
     build, step, trained = [], [], []
@@ -184,7 +185,7 @@ def stage_batches(args: argparse.Namespace) -> dict:
     epoch 1 built for `seconds`, in this process, then in `workers` forked processes
     at once (the way a DataLoader's workers would feed a GPU)."""
     torch.set_num_threads(1)
-    trainer, seconds = _trainer(args.data_dir, args.work_dir, args.batch_size)
+    trainer, seconds = _trainer(args)
     spans, steps = trainer.epoch_batches(0)
     profile = cProfile.Profile()
     begin = time.perf_counter()
@@ -359,7 +360,7 @@ def run_generate(places: Places, scale: float, seed: int, jobs: int, chunk_users
 
 def run_preprocess(places: Places, say) -> dict:
     """01_preprocess.py on the demo."""
-    shutil.rmtree(places.prep / "data", ignore_errors=True)
+    shutil.rmtree(Workspace(places.prep).data.path, ignore_errors=True)
     flags = ["--input-dir", places.input, "--output-dir", places.prep, "--no-progress"]
     m = measure(script("01_preprocess.py", *flags), places.log("preprocess"), say=say)
     text = places.log("preprocess").read_text()
@@ -373,7 +374,7 @@ def run_folds(places: Places, valid_share: float, say) -> dict:
     flags = ["--output-dir", places.prep, "--strategy", "virtual-time", "--n-folds", 1]
     flags += ["--valid-share", valid_share]
     m = measure(script("02_make_folds.py", *flags), places.log("folds"), say=say)
-    stats = json.loads((places.prep / FOLDS_SUBDIR / "folds.json").read_text())["folds"][0]
+    stats = json.loads(Workspace(places.prep).folds.manifest.read_text())["folds"][0]
     return places.keep("folds", _measured(m) | {"valid_share": valid_share, "fold": stats})
 
 
@@ -404,13 +405,13 @@ def run_stream(places: Places, max_rows: int | None, threads: int, say) -> dict:
     alone (--no-feature-baseline): 04's trees would be fitted on the batch features of
     every training question (99M at Riiid's size); the `trees` stage fits them on a
     sample and exports the bundle again with them."""
-    shape = prepare_stream(places.prep, places.stream, max_rows)
+    shape = prepare_stream(Workspace(places.prep), places.stream, max_rows)
     flags = ["--output-dir", places.stream, "--fold", 0, "--no-progress"]
     flags += ["--group-rows", GROUP_ROWS, "--kaggle-dir", places.bundle]
     flags += ["--no-feature-baseline"]
     command = script("04_infer.py", *flags)
     m = measure(command, places.log("stream"), env=threads_env(threads), say=say)
-    summary = json.loads((bench_fold(places.stream) / "stream_summary.json").read_text())
+    summary = json.loads(bench_fold(Workspace(places.stream)).stream_summary.read_text())
     keys = ("rows", "groups", "seconds", "rows_per_s", "predict_rows_per_s", "state_bytes")
     keys += ("cache_builds", "build_seconds", "rows_per_s_without_builds")
     keys += ("cache_rebuilds", "cache_evictions")
@@ -450,13 +451,13 @@ def run_kaggle(places: Places, rows: int, threads: int, say) -> dict:
     stream = stream_prefix(places, rows, places.work / "kaggle")
     env = threads_env(threads) | kaggle_api(places.work / "api", stream)
     root = bundle_root(places.bundle)
-    flags = ["--competition", "--model-dir", root, "--fold", 0, "--no-progress"]
+    flags = ["--competition", "--model-dir", root.path, "--fold", 0, "--no-progress"]
     m = measure(script("04_infer.py", *flags), places.log("kaggle"), env=env, say=say)
     timing = last_json(places.log("kaggle"))
     sizes = {
-        f"{name}_bytes": (state_dir(root) / file).stat().st_size
-        for name, file in (("snapshot", SNAPSHOT_FILE), ("features", FEATURE_SNAPSHOT_FILE))
-        if (state_dir(root) / file).exists()
+        f"{name}_bytes": path.stat().st_size
+        for name, path in (("snapshot", root.snapshot), ("features", root.features))
+        if path.exists()
     }
     return places.keep("kaggle", _measured(m) | {"timing": timing} | sizes)
 
@@ -470,7 +471,7 @@ def run_profile(places: Places, rows: int, count_groups: int, threads: int, say)
     api = kaggle_api(places.work / "api", stream, count_groups, counts)
     env = threads_env(threads) | api
     root = bundle_root(places.bundle)
-    flags = ["--competition", "--model-dir", root, "--fold", 0, "--no-progress"]
+    flags = ["--competition", "--model-dir", root.path, "--fold", 0, "--no-progress"]
     command = [sys.executable, "-m", "cProfile", "-o", folder / "stream.prof"]
     command += script("04_infer.py", *flags)[1:]
     m = measure(command, places.log("profile"), env=env, say=say)

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.benchlib import REPO, bench_fold
+from bench.benchlib import REPO, bench_fold, link_data
 from common.data.arrays import TrainArrays, load_questions
 from common.data.fold_data import Fold, fold_fingerprint
 from common.data.schema import QUESTION
-from common.layout import FOLDS_SUBDIR
 from common.model.checkpoint import save_model
 from common.model.saint import SAINT, ModelConfig
 from common.stream.emulator import stream_frame
+from common.workspace import Bundle, KaggleFolder, Workspace
 
 REFERENCE = dict(d_model=256, n_heads=8, encoder_layers=2, decoder_layers=2, window=100)
 GROUP_ROWS = "18,33"  # the real example test's group sizes
@@ -29,17 +29,14 @@ GROUP_ROWS = "18,33"  # the real example test's group sizes
 # 04's stream: bounded, and served as the competition's API would
 
 
-def prepare_stream(prep: Path, out: Path, max_rows: int | None, seed: int = 0) -> dict:
-    """`out` with prep's data/ linked and a copy of its fold 0 whose stream holds the
-    first `max_rows` question rows (None: all), cut where virtual time moves on (a
-    container is never split); a checkpoint of the reference size with fresh weights
+def prepare_stream(prep: Workspace, out: Path, max_rows: int | None, seed: int = 0) -> dict:
+    """The workspace `out` with prep's data/ linked and a copy of its fold 0 whose stream
+    holds the first `max_rows` question rows (None: all), cut where virtual time moves on
+    (a container is never split); a checkpoint of the reference size with fresh weights
     (speed does not depend on them) for that fold; the stream as a parquet frame for the
     stand-in API. Returns the whole stream's figures and the bounded one's."""
-    out.mkdir(parents=True, exist_ok=True)
-    data_link = out / "data"
-    if not data_link.exists():
-        data_link.symlink_to(os.path.relpath(prep / "data", out), target_is_directory=True)
-    arrays = TrainArrays.load(prep / "data")
+    stream = link_data(out, prep, folds=False)
+    arrays = TrainArrays.load(prep.data)
     fold = Fold.load(prep, 0)
     index = fold.stream_index
     question = np.asarray(arrays["content_type_id"])[index] == QUESTION
@@ -57,11 +54,10 @@ def prepare_stream(prep: Path, out: Path, max_rows: int | None, seed: int = 0) -
         virtual = fold.virtual_offset[student] + np.asarray(arrays["timestamp"])[index]
         cut = int(np.searchsorted(np.cumsum(question), max_rows))
         cut = int(np.searchsorted(virtual, virtual[cut], side="right"))
-    folds = out / FOLDS_SUBDIR
-    folds.mkdir(exist_ok=True)
-    shutil.copyfile(prep / FOLDS_SUBDIR / "folds.json", folds / "folds.json")
+    stream.folds.path.mkdir(exist_ok=True)
+    shutil.copyfile(prep.folds.manifest, stream.folds.manifest)
     np.savez(
-        folds / "fold0.npz",
+        stream.folds.fold(0),
         user_cut=fold.user_cut,
         virtual_offset=fold.virtual_offset,
         stream_index=index[:cut],
@@ -69,11 +65,11 @@ def prepare_stream(prep: Path, out: Path, max_rows: int | None, seed: int = 0) -
     stream_frame(arrays, index[:cut]).to_parquet(out / "stream.parquet", index=False)
     torch.manual_seed(seed)
     # as common.data.dataset.Dataset.n_questions: ids 0..max, the model's unknown id after them
-    n_questions = int(load_questions(prep / "data")["question_id"].max()) + 1
+    n_questions = int(load_questions(prep.data)["question_id"].max()) + 1
     config = ModelConfig(n_questions=n_questions, **REFERENCE)
     model = SAINT(config)
-    fingerprint = fold_fingerprint(out, 0)
-    save_model(bench_fold(out) / "best.pt", model, epoch=0, fold_fingerprint=fingerprint)
+    fingerprint = fold_fingerprint(stream, 0)
+    save_model(bench_fold(stream).checkpoint(), model, epoch=0, fold_fingerprint=fingerprint)
     bounded = {
         "rows": cut,
         "question_rows": int(question[:cut].sum()),
@@ -135,9 +131,11 @@ def make_env():
 '''
 
 
-def bundle_root(bundle: Path) -> Path:
-    """Where 04's export put the Kaggle dataset (its model, state/ and code/)."""
-    return bundle / "dataset" if (bundle / "dataset").is_dir() else bundle
+def bundle_root(kaggle_dir: Path) -> Bundle:
+    """The Kaggle dataset (its model, state/ and code/) 04's export put in `kaggle_dir`
+    (its dataset/, or the folder itself)."""
+    dataset = KaggleFolder(kaggle_dir).dataset
+    return Bundle(dataset if dataset.is_dir() else kaggle_dir)
 
 
 def kaggle_api(folder: Path, stream: Path, count_groups: int = 0, counts: Path | None = None):

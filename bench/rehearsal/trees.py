@@ -16,7 +16,6 @@ import argparse
 import time
 import tracemalloc
 from dataclasses import fields
-from pathlib import Path
 
 import numpy as np
 
@@ -25,13 +24,11 @@ from common.data.dataset import Dataset
 from common.data.features import QuestionSequences
 from common.data.fold_data import Fold
 from common.data.past_features import question_skills
-from common.layout import FEATURE_SNAPSHOT_FILE, state_dir
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import fold_training
 from common.model.boosting import FeatureBaselineConfig, fit_feature_baseline
 from common.stream.kaggle_export import KaggleConfig, export_kaggle
-
-MODEL = "fold0"  # the bundle's model folder: the stream's fold 0
+from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 
 
 def student_subset(sequences: QuestionSequences, students: np.ndarray):
@@ -48,12 +45,13 @@ def student_subset(sequences: QuestionSequences, students: np.ndarray):
     return QuestionSequences(offsets=offsets, **per_entry), index
 
 
-def fit_trees(data_dir: Path, students: int, weight: float, seed: int = 0) -> dict:
+def fit_trees(data: Workspace, students: int, weight: float, seed: int = 0) -> dict:
     """The fold's trees fitted on the training rows of `students` students drawn at random
-    (0: every student), saved beside data_dir's checkpoint with `weight`."""
+    (0: every student), saved beside the checkpoint of fold 0 of the workspace's benchmark
+    run with `weight`."""
     begin = time.perf_counter()
-    dataset = Dataset.load(data_dir)
-    train = fold_training(dataset, Fold.load(data_dir, 0))
+    dataset = Dataset.of(data)
+    train = fold_training(dataset, Fold.of(data, 0))
     sequences = dataset.sequences
     if 0 < students < sequences.n_students:
         chosen = np.sort(np.random.default_rng(seed).choice(sequences.n_students, students, False))
@@ -76,7 +74,7 @@ def fit_trees(data_dir: Path, students: int, weight: float, seed: int = 0) -> di
         "choice": None,
         "no_blend": None,
     }
-    BlendBundle(fitted.trees, fitted.rates, skill, weight, record).save(bench_fold(data_dir))
+    BlendBundle(fitted.trees, fitted.rates, skill, weight, record).save(bench_fold(data))
     return {
         "students": sequences.n_students,
         "questions": len(sequences.row),
@@ -93,14 +91,16 @@ def fit_trees(data_dir: Path, students: int, weight: float, seed: int = 0) -> di
 
 
 def stage_trees(args: argparse.Namespace) -> dict:
-    """Fit and save the trees, then export the Kaggle bundle with them."""
-    figures = fit_trees(args.data_dir, args.tree_students, args.weight)
+    """Fit and save the trees, then export the Kaggle bundle with them: the model of
+    fold 0 (the stream's) of the benchmark run of --data-dir, to --bundle-dir."""
+    data = Workspace(args.data_dir)
+    figures = fit_trees(data, args.tree_students, args.weight)
     begin = time.perf_counter()
-    checkpoint = bench_fold(args.data_dir) / "best.pt"
+    kaggle = KaggleFolder(args.bundle_dir)
     dataset_dir, _ = export_kaggle(
-        args.data_dir, checkpoint, MODEL, args.bundle_dir, KaggleConfig().ids()
+        data, bench_fold(data), ModelFolder.BEST, kaggle, KaggleConfig().ids()
     )
-    features = state_dir(dataset_dir) / FEATURE_SNAPSHOT_FILE
+    features = Bundle(dataset_dir).features
     return figures | {
         "export_s": time.perf_counter() - begin,
         "features_bytes": features.stat().st_size,

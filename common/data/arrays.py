@@ -19,14 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from common.data.schema import TRAIN_DTYPES
 from common.errors import UserError
-from common.layout import ARRAYS_SUBDIR, DATA_FINGERPRINT
+from common.workspace import DataFolder
 
 # Flat per-row arrays. Missing values: user_answer -> ANSWER_UNKNOWN (lectures keep -1),
 # prior_question_had_explanation -> -1, prior_question_elapsed_time -> NaN.
@@ -62,14 +61,13 @@ class TrainArrays:
         return np.repeat(np.arange(self.n_students, dtype=np.int32), np.diff(self.offsets))
 
     @classmethod
-    def load(cls, data_dir: str | Path, mmap: bool = True) -> TrainArrays:
-        folder = Path(data_dir) / ARRAYS_SUBDIR
-        if not (folder / "manifest.json").exists():
-            raise UserError(f"{data_dir} holds no stage-1 data: run 01_preprocess.py first")
-        manifest = json.loads((folder / "manifest.json").read_text())
+    def load(cls, data: DataFolder, mmap: bool = True) -> TrainArrays:
+        if not data.arrays_manifest.exists():
+            raise UserError(f"{data.path} holds no stage-1 data: run 01_preprocess.py first")
+        manifest = json.loads(data.arrays_manifest.read_text())
 
         def read(name: str, dtype: str, length: int) -> np.ndarray:
-            path = folder / f"{name}.bin"
+            path = data.array(name)
             if length == 0:
                 return np.zeros(0, dtype=dtype)
             if mmap:
@@ -110,12 +108,12 @@ def container_starts(arrays: TrainArrays) -> np.ndarray:
     return opens_container(arrays["timestamp"], arrays["task_container_id"], new_student)
 
 
-def load_questions(data_dir: str | Path) -> pd.DataFrame:
-    return pd.read_parquet(Path(data_dir) / "questions.parquet")
+def load_questions(data: DataFolder) -> pd.DataFrame:
+    return pd.read_parquet(data.questions)
 
 
-def load_lectures(data_dir: str | Path) -> pd.DataFrame:
-    return pd.read_parquet(Path(data_dir) / "lectures.parquet")
+def load_lectures(data: DataFolder) -> pd.DataFrame:
+    return pd.read_parquet(data.lectures)
 
 
 def question_parts(questions: pd.DataFrame) -> np.ndarray:
@@ -128,24 +126,24 @@ def question_parts(questions: pd.DataFrame) -> np.ndarray:
 HASH_BLOCK = 8 << 20  # bytes read at a time while hashing
 
 
-def write_data_fingerprint(data_dir: Path) -> str:
+def write_data_fingerprint(data: DataFolder) -> str:
     """A sha256 over stage 1's output (every array file and the question and lecture
-    tables), written to data/DATA_FINGERPRINT: 02 records it with the folds it makes, and
+    tables), written to data/ (DataFolder.fingerprint): 02 records it with the folds it makes, and
     03, 04 and 05 refuse folds made from other data (common.data.fold_data.Fold.load)."""
     digest = hashlib.sha256()
-    files = sorted((data_dir / ARRAYS_SUBDIR).glob("*.bin"))
-    files += [data_dir / "questions.parquet", data_dir / "lectures.parquet"]
+    files = sorted(data.arrays.glob("*.bin"))
+    files += [data.questions, data.lectures]
     for path in files:
         digest.update(path.name.encode())
         with open(path, "rb") as handle:
             for block in iter(lambda h=handle: h.read(HASH_BLOCK), b""):
                 digest.update(block)
     fingerprint = digest.hexdigest()[:16]
-    (data_dir / DATA_FINGERPRINT).write_text(json.dumps({"sha256": fingerprint}) + "\n")
+    data.fingerprint.write_text(json.dumps({"sha256": fingerprint}) + "\n")
     return fingerprint
 
 
-def data_fingerprint(data_dir: str | Path) -> str | None:
-    """Stage 1's fingerprint of the data in `data_dir` (None: data from before it had one)."""
-    path = Path(data_dir) / DATA_FINGERPRINT
+def data_fingerprint(data: DataFolder) -> str | None:
+    """Stage 1's fingerprint of the data in `data` (None: data from before it had one)."""
+    path = data.fingerprint
     return json.loads(path.read_text())["sha256"] if path.exists() else None

@@ -5,14 +5,13 @@ training, validation, streaming, evaluation and the benchmarks."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from common.data.arrays import TrainArrays, load_questions, question_parts
 from common.data.features import QuestionSequences, build_sequences
-from common.layout import DATA_SUBDIR
+from common.workspace import Workspace
 
 
 @dataclass
@@ -28,10 +27,14 @@ class Dataset:
         return int(self.questions["question_id"].max()) + 1
 
     @classmethod
-    def load(cls, output_dir: str | Path) -> Dataset:
-        """`<output_dir>/data` (01_preprocess.py's output)."""
-        data_dir = Path(output_dir) / DATA_SUBDIR
-        arrays = TrainArrays.load(data_dir)
-        questions = load_questions(data_dir)
+    def of(cls, workspace: Workspace) -> Dataset:
+        """The workspace's data/ (01_preprocess.py's output), loaded once per process."""
+        return workspace.once(cls, lambda: cls.load(workspace))
+
+    @classmethod
+    def load(cls, workspace: Workspace) -> Dataset:
+        """The workspace's data/, read from disk (`of` keeps what it reads)."""
+        arrays = TrainArrays.load(workspace.data)
+        questions = load_questions(workspace.data)
         parts = question_parts(questions)
         return cls(arrays, questions, parts, build_sequences(arrays, parts))

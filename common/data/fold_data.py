@@ -19,7 +19,7 @@ from common.data.arrays import TrainArrays, data_fingerprint
 from common.data.dataset import Dataset
 from common.data.features import QuestionSequences
 from common.errors import UserError
-from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, fold_file
+from common.workspace import Workspace
 
 
 @dataclass
@@ -34,14 +34,18 @@ class Fold:
     fingerprint: dict | None = None  # what identifies it (see fold_fingerprint), once loaded
 
     @classmethod
-    def load(cls, output_dir: str | Path, index: int) -> Fold:
-        """Fold `index` of <output_dir>/folds, read once: its arrays and its fingerprint
-        (a sha256 over the file's bytes and the fold config)."""
-        path = fold_file(output_dir, index)
+    def of(cls, workspace: Workspace, index: int) -> Fold:
+        """Fold `index` of the workspace's folds/, read once per process."""
+        return workspace.once((cls, index), lambda: cls.load(workspace, index))
+
+    @classmethod
+    def load(cls, workspace: Workspace, index: int) -> Fold:
+        """Fold `index` of the workspace's folds/, read from disk: its arrays and its
+        fingerprint (a sha256 over the file's bytes and the fold config)."""
+        path = workspace.folds.fold(index)
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: run 02_make_folds.py first")
-        manifest = load_fold_config(output_dir)
-        check_made_from(manifest, output_dir)
+        manifest = load_fold_config(workspace)
         raw = path.read_bytes()
         digest = hashlib.sha256(raw)
         config = manifest["config"]
@@ -62,33 +66,38 @@ class Fold:
         return self.user_cut == 0
 
 
-def load_fold_config(output_dir: str | Path) -> dict:
-    """folds/folds.json: the fold config, statistics and the data they were made from."""
-    path = Path(output_dir) / FOLDS_SUBDIR / "folds.json"
+def load_fold_config(workspace: Workspace) -> dict:
+    """folds/folds.json: the fold config, statistics and the data they were made from,
+    read once per process and checked against the data there now (check_made_from)."""
+    return workspace.once(load_fold_config, lambda: _read_fold_config(workspace))
+
+
+def _read_fold_config(workspace: Workspace) -> dict:
+    path = workspace.folds.manifest
     if not path.exists():
         raise UserError(f"{path} not found: run 02_make_folds.py first")
-    return json.loads(path.read_text())
+    manifest = json.loads(path.read_text())
+    check_made_from(manifest, workspace)
+    return manifest
 
 
-def check_made_from(manifest: dict, output_dir: str | Path) -> None:
-    """Raise FoldMismatchError unless the folds were made from the data in
-    output_dir/data (stage 1's fingerprint, which 02 records): 01 run again on other data
-    leaves folds whose rows are not the data's."""
+def check_made_from(manifest: dict, workspace: Workspace) -> None:
+    """Raise FoldMismatchError unless the folds were made from the workspace's data/
+    (stage 1's fingerprint, which 02 records): 01 run again on other data leaves folds
+    whose rows are not the data's."""
     recorded = manifest.get("data_fingerprint")
-    current = data_fingerprint(Path(output_dir) / DATA_SUBDIR)
+    current = data_fingerprint(workspace.data)
     if recorded != current:
         raise FoldMismatchError(
-            f"{Path(output_dir) / FOLDS_SUBDIR} were made from other data (fingerprint "
-            f"{recorded}) than {Path(output_dir) / DATA_SUBDIR} holds now ({current}): run "
+            f"{workspace.folds.path} were made from other data (fingerprint "
+            f"{recorded}) than {workspace.data.path} holds now ({current}): run "
             f"02_make_folds.py again"
         )
 
 
-def fold_count(output_dir: str | Path) -> int:
-    """How many folds stage 2 made in `output_dir` (from the data there now)."""
-    manifest = load_fold_config(output_dir)
-    check_made_from(manifest, output_dir)
-    return len(manifest["folds"])
+def fold_count(workspace: Workspace) -> int:
+    """How many folds stage 2 made in the workspace (from the data there now)."""
+    return len(load_fold_config(workspace)["folds"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -99,11 +108,11 @@ class FoldMismatchError(UserError, ValueError):
     """A model or its predictions belong to other folds than those on disk."""
 
 
-def fold_fingerprint(output_dir: str | Path, index: int) -> dict:
+def fold_fingerprint(workspace: Workspace, index: int) -> dict:
     """What identifies fold `index` of the folds on disk: a sha256 over folds/fold{k}.npz
     (its cuts and stream; byte-identical for a given seed) and the fold config. Training
     records it in every checkpoint, streaming in its summary."""
-    return Fold.load(output_dir, index).fingerprint
+    return Fold.of(workspace, index).fingerprint
 
 
 def check_fold_fingerprint(recorded: dict | None, fold: Fold, what: str) -> None:
@@ -247,20 +256,15 @@ class FoldData:
 
 
 def load_fold_data(
-    output_dir: str | Path,
-    fold_index: int,
-    inner_share: float = 0.0,
-    seed: int = 0,
-    dataset: Dataset | None = None,
-    fold: Fold | None = None,
+    workspace: Workspace, fold_index: int, inner_share: float = 0.0, seed: int = 0
 ) -> FoldData:
-    """Fold `fold_index` of `<output_dir>/data` (or of `dataset`, already loaded from
-    it) and `<output_dir>/folds`; with inner_share > 0 an inner validation split is
-    carved from its training students (seeded by seed and the fold), mixing new and
-    continuing students as the fold's own validation students do."""
-    dataset = dataset or Dataset.load(output_dir)
+    """Fold `fold_index` of the workspace's data/ and folds/ (each loaded once per
+    process); with inner_share > 0 an inner validation split is carved from its training
+    students (seeded by seed and the fold), mixing new and continuing students as the
+    fold's own validation students do."""
+    dataset = Dataset.of(workspace)
     arrays, questions, sequences = dataset.arrays, dataset.questions, dataset.sequences
-    fold = fold or Fold.load(output_dir, fold_index)
+    fold = Fold.of(workspace, fold_index)
     cut_row = arrays.offsets[:-1] + fold.user_cut
     train_length = (np.searchsorted(sequences.row, cut_row) - sequences.offsets[:-1]).astype(
         np.int64
@@ -284,10 +288,10 @@ def load_fold_data(
     )
 
 
-def load_full_data(output_dir: str | Path, dataset: Dataset | None = None) -> FoldData:
+def load_full_data(workspace: Workspace) -> FoldData:
     """Every question of every student as training data (03 --full-data, the submission's
     model): no validation tails, no inner split, no fold fingerprint."""
-    dataset = dataset or Dataset.load(output_dir)
+    dataset = Dataset.of(workspace)
     lengths = dataset.sequences.lengths().astype(np.int64)
     return FoldData(
         sequences=dataset.sequences,

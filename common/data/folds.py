@@ -44,8 +44,8 @@ from common.data.fold_data import Fold
 from common.data.schema import QUESTION, InputError
 from common.errors import UserError
 from common.files import atomic_dir, write_run_record
-from common.layout import DATA_SUBDIR, FOLDS_SUBDIR, ROW_FOLDS
 from common.options import at_least, between, option
+from common.workspace import FoldsFolder, Workspace
 
 STRATEGIES = ("user", "last-n", "virtual-time", "unseen", "dataset")
 
@@ -278,33 +278,34 @@ def fold_statistics(arrays: TrainArrays, fold: Fold) -> dict:
 
 
 def make_folds(
-    output_dir: str | Path, config: FoldConfig, input_dir: str | Path | None = None
+    workspace: Workspace, config: FoldConfig, input_dir: str | Path | None = None
 ) -> list[dict]:
-    """Write the fold artifact under `<output-dir>/folds/` and return per-fold stats."""
-    output_dir = Path(output_dir)
-    arrays = TrainArrays.load(output_dir / DATA_SUBDIR)
+    """Write the fold artifact under the workspace's folds/ and return per-fold stats."""
+    arrays = TrainArrays.load(workspace.data)
     cuts = _fold_cuts(arrays, config, Path(input_dir) if input_dir else None)
     stats, folds = [], []
-    with atomic_dir(output_dir / FOLDS_SUBDIR) as tmp:
+    with atomic_dir(workspace.folds.path) as tmp:
+        written = FoldsFolder(tmp)
         for k, (cut, offset) in enumerate(cuts):
             fold = Fold(k, cut, offset, _stream_index(arrays, cut, offset))
             folds.append(fold)
             np.savez(
-                tmp / f"fold{k}.npz",
+                written.fold(k),
                 user_cut=fold.user_cut,
                 virtual_offset=fold.virtual_offset,
                 stream_index=fold.stream_index,
             )
             stats.append(fold_statistics(arrays, fold))
-        write_row_folds(tmp / ROW_FOLDS, arrays, folds)
+        write_row_folds(written.row_folds, arrays, folds)
         manifest = {
             "config": asdict(config),
             "n_students": arrays.n_students,
             # what they were made from: 03, 04 and 05 refuse them for other data
-            "data_fingerprint": data_fingerprint(output_dir / DATA_SUBDIR),
+            "data_fingerprint": data_fingerprint(workspace.data),
             "folds": stats,
         }
-        (tmp / "folds.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        written.manifest.write_text(json.dumps(manifest, indent=2) + "\n")
     # beside the folder, not in it: the artifact stays byte-identical for a given seed
-    write_run_record(output_dir, "folds", asdict(config))
+    write_run_record(workspace.record("folds"), asdict(config))
+    workspace.forget()  # folds read before are stale
     return stats

@@ -52,8 +52,8 @@ from common.data.train_csv import (
     train_reader,
 )
 from common.files import atomic_dir, write_run_record
-from common.layout import ARRAYS_SUBDIR, DATA_SUBDIR
 from common.options import above, at_least, option, progress_option
+from common.workspace import DataFolder, Workspace
 
 # The pandas metadata makes pd.read_parquet return the competition dtypes (a nullable
 # boolean prior_question_had_explanation rather than object).
@@ -221,7 +221,7 @@ def read_lectures(path: Path) -> pd.DataFrame:
 
 def convert_train(
     path: Path,
-    out_dir: Path,
+    data: DataFolder,
     questions: pd.DataFrame,
     lectures: pd.DataFrame,
     config: PreprocessConfig,
@@ -234,8 +234,7 @@ def convert_train(
         lectures["lecture_id"].to_numpy(),
         questions["correct_answer"].to_numpy(),
     )
-    arrays_dir = out_dir / ARRAYS_SUBDIR
-    arrays_dir.mkdir()
+    data.arrays.mkdir()
     boundaries: list[np.ndarray] = []
     users: list[np.ndarray] = []
     start = time.perf_counter()
@@ -244,11 +243,9 @@ def convert_train(
     except pa.ArrowInvalid as error:
         locate_parse_error(path, header, 0, error)
     with contextlib.ExitStack() as stack:
-        sinks = {
-            name: stack.enter_context(open(arrays_dir / f"{name}.bin", "wb")) for name in ROW_ARRAYS
-        }
+        sinks = {name: stack.enter_context(open(data.array(name), "wb")) for name in ROW_ARRAYS}
         writer = stack.enter_context(
-            pq.ParquetWriter(out_dir / "train.parquet", TRAIN_SCHEMA, **PARQUET_OPTIONS)
+            pq.ParquetWriter(data.train_parquet, TRAIN_SCHEMA, **PARQUET_OPTIONS)
         )
         bar = stack.enter_context(
             tqdm(unit=" rows", unit_scale=True, disable=not config.progress, desc="train.csv")
@@ -266,8 +263,8 @@ def convert_train(
     if summary.rows == 0:
         raise InputError(str(path), "at least one data row", row=1)
     if not checker.row_ids_increasing:
-        check_unique_row_ids(path, arrays_dir, summary.rows)
-    summary.students = _write_students(arrays_dir, boundaries, users, summary.rows)
+        check_unique_row_ids(path, data, summary.rows)
+    summary.students = _write_students(data, boundaries, users, summary.rows)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -330,21 +327,21 @@ def _new_students(user: np.ndarray, previous_user) -> np.ndarray:
 
 
 def _write_students(
-    arrays_dir: Path, boundaries: list[np.ndarray], users: list[np.ndarray], n_rows: int
+    data: DataFolder, boundaries: list[np.ndarray], users: list[np.ndarray], n_rows: int
 ) -> int:
     """users.bin, offsets.bin and manifest.json from each block's student starts (global
     rows) and their user ids; returns the number of students."""
     user_ids = np.concatenate(users).astype(np.int32)
     offsets = np.append(np.concatenate(boundaries), n_rows).astype(np.int64)
-    user_ids.tofile(arrays_dir / "users.bin")
-    offsets.tofile(arrays_dir / "offsets.bin")
+    user_ids.tofile(data.array("users"))
+    offsets.tofile(data.array("offsets"))
     manifest = {
         "n_rows": n_rows,
         "n_students": len(user_ids),
         "columns": ROW_ARRAYS,
         "answer_unknown": ANSWER_UNKNOWN,
     }
-    (arrays_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    data.arrays_manifest.write_text(json.dumps(manifest, indent=2) + "\n")
     return len(user_ids)
 
 
@@ -387,16 +384,18 @@ def _append(values, nulls, writer, sinks, summary: PreprocessSummary) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def preprocess(config: PreprocessConfig) -> PreprocessSummary:
-    """Convert `<input-dir>/{train,questions,lectures}.csv` into `<output-dir>/data/`."""
+def preprocess(config: PreprocessConfig, workspace: Workspace) -> PreprocessSummary:
+    """Convert `<input-dir>/{train,questions,lectures}.csv` into the workspace's data/
+    (`config.output_dir`'s)."""
     input_dir = Path(config.input_dir)
     estimate = check_memory(input_dir / "train.csv", config)
     questions = read_questions(input_dir / "questions.csv")
     lectures = read_lectures(input_dir / "lectures.csv")
-    with atomic_dir(Path(config.output_dir) / DATA_SUBDIR) as tmp:
-        summary = convert_train(input_dir / "train.csv", tmp, questions, lectures, config)
-        questions.to_parquet(tmp / "questions.parquet", index=False)
-        lectures.to_parquet(tmp / "lectures.parquet", index=False)
+    with atomic_dir(workspace.data.path) as tmp:
+        data = DataFolder(tmp)
+        summary = convert_train(input_dir / "train.csv", data, questions, lectures, config)
+        questions.to_parquet(data.questions, index=False)
+        lectures.to_parquet(data.lectures, index=False)
         if summary.blank_user_answers:
             summary.notes.append(
                 f"{summary.blank_user_answers:,} question rows have a blank user_answer "
@@ -410,7 +409,8 @@ def preprocess(config: PreprocessConfig) -> PreprocessSummary:
         record = {"config": {k: str(v) for k, v in asdict(config).items()}}
         record["summary"] = asdict(summary) | {"share_correct": summary.share_correct}
         record["memory_estimate"] = asdict(estimate) if estimate else None
-        (tmp / "preprocess_summary.json").write_text(json.dumps(record, indent=2) + "\n")
-        write_run_record(tmp, "preprocess", record["config"])
-        write_data_fingerprint(tmp)
+        data.summary.write_text(json.dumps(record, indent=2) + "\n")
+        write_run_record(data.record("preprocess"), record["config"])
+        write_data_fingerprint(data)
+    workspace.forget()  # what was loaded from the data before is stale
     return summary

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from common.data.schema import LECTURE, N_CHOICES, QUESTION, TRAIN_COLUMNS, TRAIN_DTYPES, InputError
+from common.workspace import DataFolder
 
 ARROW_TYPES = {
     "int64": pa.int64(),
@@ -365,10 +366,10 @@ class Prefetcher:
         self._thread.join()
 
 
-def check_unique_row_ids(path: Path, arrays_dir: Path, n_rows: int) -> None:
+def check_unique_row_ids(path: Path, data: DataFolder, n_rows: int) -> None:
     # A sorted copy (8 B/row; the memory-mapped file is page cache), not an argsort and two
     # gathers (32 B/row): this holds every row at once.
-    row_id = np.memmap(arrays_dir / "row_id.bin", dtype=np.int64, mode="r", shape=(n_rows,))
+    row_id = np.memmap(data.array("row_id"), dtype=np.int64, mode="r", shape=(n_rows,))
     ordered = np.sort(row_id)
     repeated = ordered[1:] == ordered[:-1]
     if repeated.any():

@@ -32,6 +32,7 @@ from common.files import atomic_file
 from common.inputs.demo_items import MAX_BUNDLE, MAX_CONTENT_ID, make_item_bank
 from common.inputs.demo_students import simulate_students
 from common.options import at_least, between, option
+from common.workspace import record_file
 
 OUTPUT_FILES = ("train.csv", "questions.csv", "lectures.csv", "demo_truth.csv")
 
@@ -248,7 +249,7 @@ def check_demo_target(output_dir: Path) -> None:
     """Refuse to write a demo over a train.csv that is not a demo's (the Kaggle files in
     input/, say): 00 writes a demo_run.json beside every demo it makes."""
     train = Path(output_dir) / "train.csv"
-    if train.exists() and not (Path(output_dir) / "demo_run.json").exists():
+    if train.exists() and not record_file(output_dir, "demo").exists():
         raise UserError(
             f"{train} is not a demo's (no demo_run.json beside it): the demo will not "
             "replace it; choose another --output-dir"

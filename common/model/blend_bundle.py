@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from common.data.question_rates import QuestionRates
 from common.files import atomic_file, write_json
-from common.layout import BLEND_FILE, TREE_INPUTS_FILE, TREES_FILE
 from common.model.trees import Trees, logit_blend
-
-BUNDLE_FILES = (TREES_FILE, TREE_INPUTS_FILE, BLEND_FILE)
+from common.workspace import ModelFolder
 
 
 @dataclass
@@ -33,10 +30,9 @@ class BlendBundle:
     weight: float | None
     record: dict  # blend.json: the weight, how it was chosen, what the trees were fitted on
 
-    def save(self, folder: Path) -> None:
-        folder = Path(folder)
-        self.trees.save(folder / TREES_FILE)
-        with atomic_file(folder / TREE_INPUTS_FILE) as tmp, open(tmp, "wb") as handle:
+    def save(self, folder: ModelFolder) -> None:
+        self.trees.save(folder.trees)
+        with atomic_file(folder.tree_inputs) as tmp, open(tmp, "wb") as handle:
             np.savez(
                 handle,
                 rate=self.rates.rate,
@@ -44,19 +40,18 @@ class BlendBundle:
                 global_rate=np.float64(self.rates.global_rate),
                 skill=self.skill,
             )
-        write_json(folder / BLEND_FILE, dict(self.record, weight=self.weight))
+        write_json(folder.blend, dict(self.record, weight=self.weight))
 
     @classmethod
-    def load(cls, folder: Path) -> BlendBundle | None:
+    def load(cls, folder: ModelFolder) -> BlendBundle | None:
         """The bundle in `folder`, or None where 04 wrote none (the model alone)."""
-        folder = Path(folder)
-        if not all((folder / name).exists() for name in BUNDLE_FILES):
+        if not all(folder.file(name).exists() for name in ModelFolder.BLEND_FILES):
             return None
-        record = json.loads((folder / BLEND_FILE).read_text())
-        with np.load(str(folder / TREE_INPUTS_FILE), allow_pickle=False) as inputs:
+        record = json.loads(folder.blend.read_text())
+        with np.load(str(folder.tree_inputs), allow_pickle=False) as inputs:
             rates = QuestionRates(inputs["rate"], inputs["count"], float(inputs["global_rate"]))
             skill = inputs["skill"]
-        return cls(Trees.load(folder / TREES_FILE), rates, skill, record.get("weight"), record)
+        return cls(Trees.load(folder.trees), rates, skill, record.get("weight"), record)
 
     def blend(self, model: np.ndarray, trees: np.ndarray) -> np.ndarray:
         """What is submitted: the logit blend, or the model alone without a weight."""

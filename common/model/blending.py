@@ -6,14 +6,14 @@ median of the folds' weights (full_blend_bundle).
 
 The inner split is the one 03 selects best.pt on (common.data.fold_data.inner_cut): training
 students' questions the model did not train on. 03 writes best.pt's predictions of it
-(layout.INNER_PREDICTIONS); the trees are fitted again on the fold's training rows without
-them and score them; the weight that gives the best AUC there is applied to the scored
-rows. There too the trees' permutation importance is measured (05's report plots it).
+(inner_predictions.parquet: the caller reads it, this module reads no run folder); the
+trees are fitted again on the fold's training rows without them and score them; the
+weight that gives the best AUC there is applied to the scored rows. There too the
+trees' permutation importance is measured (05's report plots it).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,7 +25,6 @@ from common.data.dataset import Dataset
 from common.data.fold_data import Fold
 from common.data.past_features import FEATURE_NAMES, past_features, question_skills
 from common.data.question_rates import training_entries
-from common.layout import BLEND_FILE, INNER_PREDICTIONS, fold_dir, folds_holding
 from common.metrics import auc_or_nan
 from common.model.blend_bundle import BlendBundle
 from common.model.boosting import FeatureBaselineConfig, FittedBaseline, fit_feature_baseline
@@ -56,26 +55,32 @@ class BlendChoice:
     importance: dict[str, list[float]] = field(default_factory=dict)  # name: [mean, std]
 
 
+@dataclass
+class InnerPredictions:
+    """03's predictions of a fold's inner split by its best checkpoint (the run's
+    inner_predictions.parquet, read by common.runs.folders.inner_predictions): `rows`
+    None where the fold has none; `path` names the file in messages."""
+
+    path: str
+    rows: pd.DataFrame | None
+
+
 def inner_entries(
-    run_dir: Path, fold: Fold, data: Dataset, checkpoint_epoch: int | None
+    inner: InnerPredictions, fold: Fold, data: Dataset, checkpoint_epoch: int | None
 ) -> tuple[np.ndarray | None, np.ndarray | None, str]:
     """(flat entries of the inner split, best.pt's predictions of them, "") from 03's
-    INNER_PREDICTIONS of the streamed checkpoint; (None, None, why not) without it."""
-    path = fold_dir(run_dir, fold.index) / INNER_PREDICTIONS
-    if not path.exists():
-        return (
-            None,
-            None,
-            f"fold {fold.index}: no {INNER_PREDICTIONS} (03 --select-on inner writes it)",
-        )
-    inner = pd.read_parquet(path)
-    epochs = set(inner["epoch"].tolist())
+    inner predictions of the streamed checkpoint; (None, None, why not) without them."""
+    path, name = inner.path, Path(inner.path).name
+    if inner.rows is None:
+        return None, None, f"fold {fold.index}: no {name} (03 --select-on inner writes it)"
+    epochs = set(inner.rows["epoch"].tolist())
     if epochs != {checkpoint_epoch}:
         why = (
-            f"fold {fold.index}: {INNER_PREDICTIONS} holds epoch {sorted(epochs)}'s "
+            f"fold {fold.index}: {name} holds epoch {sorted(epochs)}'s "
             f"predictions, the streamed checkpoint is epoch {checkpoint_epoch}"
         )
         return None, None, why
+    inner = inner.rows
     sequences = data.sequences
     global_row = inner["global_row"].to_numpy().astype(np.int64)
     entries = np.searchsorted(sequences.row, global_row)
@@ -94,7 +99,7 @@ def fold_training(data: Dataset, fold: Fold) -> np.ndarray:
 
 
 def choose_fold_blend(
-    run_dir: Path,
+    inner: InnerPredictions,
     fold: Fold,
     data: Dataset,
     checkpoint_epoch: int | None,
@@ -102,7 +107,7 @@ def choose_fold_blend(
 ) -> tuple[BlendChoice | None, str]:
     """(choice, "") or (None, why there is no blend for this fold). The trees are
     fitted again without the inner rows and score them beside best.pt's predictions."""
-    entries, model, why = inner_entries(run_dir, fold, data, checkpoint_epoch)
+    entries, model, why = inner_entries(inner, fold, data, checkpoint_epoch)
     if entries is None:
         return None, why
     fit = fold_training(data, fold)
@@ -154,7 +159,7 @@ def tree_importance(
 
 
 def fold_blend_bundle(
-    run_dir: Path, fold: Fold, data: Dataset, checkpoint_epoch: int | None,
+    inner: InnerPredictions, fold: Fold, data: Dataset, checkpoint_epoch: int | None,
     config: FeatureBaselineConfig,
 ) -> BlendBundle:  # fmt: skip
     """What 04 streams with fold `fold`'s checkpoint: the trees fitted on every training
@@ -165,7 +170,7 @@ def fold_blend_bundle(
         data.sequences, fold_training(data, fold), skill, data.n_questions,
         config.boost_question_prior, config, config.boost_seed,
     )  # fmt: skip
-    choice, why = choose_fold_blend(run_dir, fold, data, checkpoint_epoch, config)
+    choice, why = choose_fold_blend(inner, fold, data, checkpoint_epoch, config)
     record = {
         "trees": {"rounds": fitted.rounds, "train_rows": fitted.train_rows},
         "chosen_on": "the fold's inner split" if choice else None,
@@ -176,21 +181,20 @@ def fold_blend_bundle(
     return BlendBundle(fitted.trees, fitted.rates, skill, weight, record)
 
 
-def full_blend_bundle(run_dir: Path, data: Dataset, config: FeatureBaselineConfig) -> BlendBundle:
+def full_blend_bundle(
+    fold_weights: dict[int, float | None], data: Dataset, config: FeatureBaselineConfig
+) -> BlendBundle:
     """What 04 --full ships with the full-data model: trees fitted on every question row,
-    and the median of the weights the run's folds chose on their inner splits (none
-    without any: the model alone)."""
+    and the median of the weights the run's folds chose on their inner splits
+    (`fold_weights`, fold: weight, None where a fold chose none; the model alone without
+    any)."""
     skill = question_skills(data.questions, data.n_questions)
     every = np.ones(len(data.sequences.row), dtype=bool)
     fitted = fit_feature_baseline(
         data.sequences, every, skill, data.n_questions, config.boost_question_prior, config,
         config.boost_seed,
     )  # fmt: skip
-    chosen = {}
-    for k in folds_holding(run_dir, BLEND_FILE):
-        weight = json.loads((fold_dir(run_dir, k) / BLEND_FILE).read_text()).get("weight")
-        if weight is not None:
-            chosen[k] = weight
+    chosen = {k: w for k, w in sorted(fold_weights.items()) if w is not None}
     weight = float(np.median(list(chosen.values()))) if chosen else None
     record = {
         "trees": {"rounds": fitted.rounds, "train_rows": fitted.train_rows},

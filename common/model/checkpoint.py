@@ -14,7 +14,6 @@ import torch
 
 from common.errors import UserError
 from common.files import atomic_file
-from common.layout import fold_dir, folds_holding
 from common.model.saint import SAINT, ModelConfig
 
 # torch 2.6 made weights_only=True the default (it refuses this project's checkpoints, which
@@ -174,11 +173,6 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[SA
     return model.eval(), checkpoint
 
 
-def latest_epoch_checkpoint(fold_dir: Path) -> Path | None:
-    found = sorted(fold_dir.glob("epoch_*.pt"))
-    return found[-1] if found else None
-
-
 def check_resumable(
     path: Path, checkpoint: dict, model_config: ModelConfig, fingerprint: dict | None
 ) -> None:
@@ -198,21 +192,3 @@ def check_resumable(
             f"{(recorded_folds or {}).get('sha256')}) than those on disk now "
             f"({fingerprint['sha256']}); start in another --output-dir"
         )
-
-
-def cv_epochs(run_dir: str | Path, say: bool = True) -> int:
-    """The full-data run's epoch count: the median best epoch of the CV folds' best.pt
-    (each chosen by its fold's selection), rounded."""
-    found = {}
-    for k in folds_holding(run_dir, "best.pt"):
-        path = fold_dir(run_dir, k) / "best.pt"
-        found[path.parent.name] = int(read_checkpoint(path, "cpu")["best_epoch"])
-    if not found:
-        raise CheckpointError(
-            f"--epochs 0 takes the epoch count from the CV folds, but {run_dir} has no "
-            "fold*/best.pt: train the folds first, or give --epochs"
-        )
-    epochs = max(1, round(float(np.median(list(found.values())))))
-    if say:
-        print(f"epochs from CV: best epochs {found}, median {epochs}")
-    return epochs

@@ -20,6 +20,7 @@ import torch
 
 from common.data.schema import InputError
 from common.model.saint import SAINT
+from common.workspace import DataFolder
 
 
 def parse_tags(questions: pd.DataFrame) -> list[list[int]]:
@@ -37,7 +38,7 @@ def parse_tags(questions: pd.DataFrame) -> list[list[int]]:
             tags = [-1]
         if min(tags) < 0:
             raise InputError(
-                "questions.parquet",
+                str(DataFolder(DataFolder.NAME).questions),
                 f"space-separated non-negative integer tag ids (question_id {question_id})",
                 row=row,
                 column="tags",

@@ -34,7 +34,6 @@ from common import metrics
 from common.data.dataset import Dataset
 from common.data.fold_data import Fold
 from common.files import atomic_dir, atomic_file, write_json, write_run_record, write_text
-from common.layout import REPORT_FILE, REPORT_SUBDIR, STREAM_PREDICTIONS, fold_dir, run_dir
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
 from common.model.blending import BLEND, BlendChoice, choose_fold_blend
 from common.model.boosting import FEATURE_BASELINE
@@ -52,9 +51,11 @@ from common.report.scored_rows import (
     selection_note,
     stream_summary,
 )
+from common.runs.artefacts import inner_predictions
 from common.runs.folders import commit
 from common.runs.provenance import epochs_trained, run_provenance
 from common.runs.table import append_run_row, config_columns
+from common.workspace import ModelFolder, ReportFolder, Run
 
 TRUTH_FILE = "demo_truth.csv"
 IMPORTANCE_TITLE = "Boosted features: permutation importance"
@@ -156,13 +157,15 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 
 def fold_blend(
-    run_dir: Path, fold: Fold, data: Dataset, config: EvaluateConfig
+    run: Run, fold: Fold, data: Dataset, config: EvaluateConfig
 ) -> tuple[BlendChoice | None, str]:
     """The fold's blend weight, chosen on its inner split (common.model.blending)."""
-    summary = stream_summary(run_dir, fold.index)
+    summary = stream_summary(run.fold(fold.index))
     if summary.get("blend"):  # 04 fitted the trees and chose the weight
         return streamed_choice(summary)
-    return choose_fold_blend(run_dir, fold, data, summary.get("checkpoint_epoch"), config.features)
+    inner = inner_predictions(run.fold(fold.index))
+    epoch = summary.get("checkpoint_epoch")
+    return choose_fold_blend(inner, fold, data, epoch, config.features)
 
 
 def streamed_choice(summary: dict) -> tuple[BlendChoice | None, str]:
@@ -173,27 +176,27 @@ def streamed_choice(summary: dict) -> tuple[BlendChoice | None, str]:
     return BlendChoice(**record["choice"]), ""
 
 
-def load_histories(run_dir: Path, folds: list[int]) -> dict[int, pd.DataFrame]:
+def load_histories(run: Run, folds: list[int]) -> dict[int, pd.DataFrame]:
     histories = {}
     for k in folds:
-        path = fold_dir(run_dir, k) / "history.csv"
+        path = run.fold(k).history
         if path.exists():
             histories[k] = pd.read_csv(path)
     return histories
 
 
 def scored_rows(
-    output_dir: Path, folder: Path, folds: list[int], data: Dataset, config: EvaluateConfig
+    run: Run, folds: list[int], data: Dataset, config: EvaluateConfig
 ) -> tuple[pd.DataFrame, dict[int, BlendChoice], list[str]]:
     """The folds' scored rows (with the blend where every fold has one), each fold's blend
     choice, and why a fold has none."""
     features = config.features if config.feature_baseline else None
     frames, blends, no_blend = [], {}, []
     for k in folds:
-        fold = Fold.load(output_dir, k)  # read and fingerprinted once
-        fold_rows = load_fold_rows(fold, folder, data, config.baselines, features)
+        fold = Fold.of(run.workspace, k)  # read and fingerprinted once
+        fold_rows = load_fold_rows(fold, run.fold(k), data, config.baselines, features)
         if features is not None or BLEND in fold_rows:
-            choice, reason = fold_blend(folder, fold, data, config)
+            choice, reason = fold_blend(run, fold, data, config)
             if choice is None:
                 no_blend.append(reason)
             else:
@@ -211,13 +214,15 @@ def scored_rows(
     return pd.concat(frames).reset_index(drop=True), blends, no_blend
 
 
-def write_tables(report_dir: Path, table: pd.DataFrame, slices: pd.DataFrame) -> tuple[str, str]:
+def write_tables(
+    report: ReportFolder, table: pd.DataFrame, slices: pd.DataFrame
+) -> tuple[str, str]:
     """report/metrics and report/slices as CSV and Markdown; returns the Markdown."""
     metrics_md, slices_md = metrics_markdown(table), slices_markdown(slices)
-    _write_csv(report_dir / "metrics.csv", table)
-    _write_csv(report_dir / "slices.csv", slices)
-    write_text(report_dir / "metrics.md", metrics_md)
-    write_text(report_dir / "slices.md", slices_md)
+    _write_csv(report.table("metrics", "csv"), table)
+    _write_csv(report.table("slices", "csv"), slices)
+    write_text(report.table("metrics", "md"), metrics_md)
+    write_text(report.table("slices", "md"), slices_md)
     return metrics_md, slices_md
 
 
@@ -236,7 +241,7 @@ def tree_importance(blends: dict[int, BlendChoice]) -> dict[str, tuple[float, fl
 
 
 def write_figures(
-    report_dir: Path,
+    report: ReportFolder,
     rows: pd.DataFrame,
     histories: dict[int, pd.DataFrame],
     bins: int,
@@ -245,50 +250,51 @@ def write_figures(
     """The report's figures; returns their titles and links (relative to report.md)."""
     labels = rows["label"].to_numpy()
     scores = {name: rows[name].to_numpy() for name in scorers(rows)}
-    figures = {"ROC curves": "roc.png", "Reliability diagram": "reliability.png"}
-    plots.roc_figure(report_dir / "roc.png", labels, scores)
-    plots.reliability_figure(report_dir / "reliability.png", labels, scores, bins)
+    figures = {"ROC curves": "roc", "Reliability diagram": "reliability"}
+    plots.roc_figure(report.figure("roc"), labels, scores)
+    plots.reliability_figure(report.figure("reliability"), labels, scores, bins)
     if histories:
-        plots.training_curves_figure(report_dir / "training_curves.png", histories)
-        figures["Training curves"] = "training_curves.png"
+        plots.training_curves_figure(report.figure("training_curves"), histories)
+        figures["Training curves"] = "training_curves"
     if importance:
-        plots.importance_figure(report_dir / "tree_importance.png", importance)
-        figures[IMPORTANCE_TITLE] = "tree_importance.png"
-    return {title: f"{REPORT_SUBDIR}/{name}" for title, name in figures.items()}
+        plots.importance_figure(report.figure("tree_importance"), importance)
+        figures[IMPORTANCE_TITLE] = "tree_importance"
+    return {title: report.link(key) for title, key in figures.items()}
 
 
-def evaluate(output_dir: Path, input_dir: Path, config: EvaluateConfig, run: str) -> Evaluation:
-    """Score run `run`'s folds' stream predictions, write its report and a row of
-    output/runs.csv; returns what it found."""
+def evaluate(run: Run, input_dir: Path, config: EvaluateConfig) -> Evaluation:
+    """Score the run's folds' stream predictions, write its report and a row of
+    runs.csv; returns what it found."""
     begin = time.perf_counter()
-    output_dir, input_dir = Path(output_dir), Path(input_dir)
-    folder = run_dir(output_dir, run)
-    folds = config.folds if config.folds is not None else discover_folds(folder)
+    input_dir = Path(input_dir)
+    folds = config.folds if config.folds is not None else discover_folds(run)
     if not folds:
-        raise FileNotFoundError(f"no {folder}/fold*/{STREAM_PREDICTIONS}: run 04_infer.py first")
-    rows, blends, no_blend = scored_rows(
-        output_dir, folder, folds, Dataset.load(output_dir), config
-    )
+        raise FileNotFoundError(
+            f"no {run.path}/fold*/{ModelFolder.STREAM_PREDICTIONS}: run 04_infer.py first"
+        )
+    data = Dataset.of(run.workspace)
+    rows, blends, no_blend = scored_rows(run, folds, data, config)
     if (input_dir / TRUTH_FILE).exists():
         rows = add_oracle(rows, input_dir / TRUTH_FILE)
     table = metric_table(rows, config)
-    summaries = {k: stream_summary(folder, k) for k in folds}
-    head = describe(table, blends, no_blend, summaries, folder, run)
-    provenance = run_provenance(folder, summaries)
+    summaries = {k: stream_summary(run.fold(k)) for k in folds}
+    head = describe(table, blends, no_blend, summaries, run)
+    provenance = run_provenance(run, summaries)
     # report/ whole or not at all, and report.md written last inside that: a stop leaves
     # the previous report and its folder, or both new
-    with atomic_dir(folder / REPORT_SUBDIR) as report_dir:
-        tables = write_tables(report_dir, table, slice_table(rows))
-        histories = load_histories(folder, folds)
+    with atomic_dir(run.report.path) as tmp:
+        report = ReportFolder(tmp)
+        tables = write_tables(report, table, slice_table(rows))
+        histories = load_histories(run, folds)
         links = write_figures(
-            report_dir, rows, histories, config.calibration_bins, head.tree_importance
+            report, rows, histories, config.calibration_bins, head.tree_importance
         )
-        write_json(report_dir / "summary.json", asdict(head))
-        write_run_record(report_dir, "evaluate", asdict(config))
+        write_json(report.summary, asdict(head))
+        write_run_record(report.record("evaluate"), asdict(config))
         text = report_markdown(head, tables, links, config, provenance)
-        write_text(folder / REPORT_FILE, text)
-    row = evaluate_row(folder, head, provenance, summaries, table)
-    append_run_row(output_dir, row | {"wall_s": time.perf_counter() - begin})
+        write_text(run.report_file, text)
+    row = evaluate_row(run, head, provenance, summaries, table)
+    append_run_row(run.workspace, row | {"wall_s": time.perf_counter() - begin})
     return head
 
 
@@ -297,8 +303,7 @@ def describe(
     blends: dict[int, BlendChoice],
     no_blend: list[str],
     summaries: dict[int, dict],
-    folder: Path,
-    run: str,
+    run: Run,
 ) -> Evaluation:
     """What the evaluation found: the metric table's headline, and what the run
     submits, the blend's choices, the trees' importance, the checkpoints' selection."""
@@ -311,13 +316,13 @@ def describe(
         no_blend=no_blend,
         folds=list(summaries),
         selection=selection_note(summaries),
-        report=str(folder / REPORT_FILE),
-        run=run,
+        report=str(run.report_file),
+        run=run.name,
     )
 
 
 def evaluate_row(
-    folder: Path, head: Evaluation, provenance: dict, summaries: dict, table: pd.DataFrame
+    run: Run, head: Evaluation, provenance: dict, summaries: dict, table: pd.DataFrame
 ) -> dict:
     """The report as a row of output/runs.csv: the pooled AUC of what the run submits
     (the streamed blend, or the model) and its fold spread, and the model's AUC."""
@@ -330,7 +335,7 @@ def evaluate_row(
         "folds": ",".join(map(str, head.folds)),
         "commit": commit(),
         **(config_columns(first["config"]) if first["config"] else {}),
-        "epochs": ",".join(str(epochs_trained(folder, k)) for k in head.folds),
+        "epochs": ",".join(str(epochs_trained(run, k)) for k in head.folds),
         "best_epoch": ",".join(str(s.get("checkpoint_epoch")) for s in summaries.values()),
         "selected_on": ",".join(
             sorted({str(s.get("checkpoint_selected_on") or "by hand") for s in summaries.values()})

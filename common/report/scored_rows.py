@@ -19,7 +19,6 @@ from common.data.past_features import past_features, question_skills
 from common.data.question_rates import training_entries
 from common.data.schema import QUESTION
 from common.errors import UserError
-from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, TREES_FILE, fold_dir, folds_holding
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import BLEND
 from common.model.boosting import (
@@ -29,15 +28,16 @@ from common.model.boosting import (
     score_feature_baseline,
 )
 from common.report.baselines import BaselineConfig, baseline_scores
+from common.workspace import ModelFolder, Run
 
 MODEL = "model"
 ORACLE = "oracle"
 PREDICTION_COLUMNS = ("row_id", "global_row", "content_id", "answered_correctly", "prediction")
 
 
-def discover_folds(run_dir: Path) -> list[int]:
-    """Fold indices k with run_dir/fold{k}/stream_predictions.parquet, ascending."""
-    return folds_holding(run_dir, STREAM_PREDICTIONS)
+def discover_folds(run: Run) -> list[int]:
+    """Fold indices k with the run's fold{k}/stream_predictions.parquet, ascending."""
+    return run.folds_holding(ModelFolder.STREAM_PREDICTIONS)
 
 
 def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.ndarray:
@@ -54,7 +54,7 @@ def container_sizes(sequences: QuestionSequences, entries: np.ndarray) -> np.nda
 
 def load_fold_rows(
     fold: Fold,
-    run_dir: Path,
+    folder: ModelFolder,
     data: Dataset,
     baselines: BaselineConfig,
     features: FeatureBaselineConfig | None = None,
@@ -65,7 +65,7 @@ def load_fold_rows(
     None, trees fitted here on the fold's training rows. The
     predictions come from the run's folder. Raises if the predictions file does not match
     `fold` (as Fold.load read it)."""
-    path, predictions = _read_predictions(run_dir, fold)
+    path, predictions = _read_predictions(folder, fold)
     arrays, sequences = data.arrays, data.sequences
     global_row = predictions["global_row"].to_numpy().astype(np.int64)
     entries = _question_entries(path, sequences, global_row)
@@ -105,24 +105,22 @@ def load_fold_rows(
     )
     if "group_num" in predictions.columns:
         rows["group_num"] = predictions["group_num"].to_numpy()
-    return _add_baselines(
-        rows, path, run_dir, fold, data, entries, predictions, baselines, features
-    )
+    return _add_baselines(rows, path, folder, fold, data, entries, predictions, baselines, features)
 
 
 def _add_baselines(
-    rows, path, run_dir, fold, data, entries, predictions, baselines, features
+    rows, path, folder, fold, data, entries, predictions, baselines, features
 ) -> pd.DataFrame:
     """The baselines' columns; the boosted features and the blend 04 streamed, where it
     did (checked against the batch computation), else the trees fitted here."""
     streamed = "trees_prediction" in predictions  # what 04 submitted, whatever `features`
     fitted_here = None if streamed else features
-    for name, values in baseline_columns(data, fold, entries, baselines, fitted_here).items():
+    groups = rows["group_num"].to_numpy() if "group_num" in rows else None
+    columns = baseline_columns(data, fold, entries, baselines, fitted_here, groups)
+    for name, values in columns.items():
         rows[name] = values
     if streamed:
-        rows[FEATURE_BASELINE], blend = streamed_blend(
-            path, run_dir, fold, data, entries, predictions
-        )
+        rows[FEATURE_BASELINE], blend = streamed_blend(path, folder, data, entries, predictions)
         if blend is not None:
             rows[BLEND] = blend
     return rows
@@ -132,7 +130,7 @@ AGREE = 1e-6  # how far 05's batch scores may be from the streamed ones
 
 
 def streamed_blend(
-    path: Path, run_dir: Path, fold: Fold, data: Dataset, entries: np.ndarray, predictions
+    path: Path, folder: ModelFolder, data: Dataset, entries: np.ndarray, predictions
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(trees, blend) of a stream that ran with 04's blend bundle: the bundle's trees
     score the batch past-event features of the streamed rows (common.data.past_features,
@@ -140,9 +138,11 @@ def streamed_blend(
     to the streamed model's probabilities. Each must agree with what 04 streamed to
     AGREE, or the file is refused: the online and batch features, or the predictors,
     have parted."""
-    bundle = BlendBundle.load(fold_dir(run_dir, fold.index))
+    bundle = BlendBundle.load(folder)
     if bundle is None:
-        raise ValueError(f"{path}: has trees_prediction, but the fold's {TREES_FILE} is gone")
+        raise ValueError(
+            f"{path}: has trees_prediction, but the fold's {folder.trees.name} is gone"
+        )
     features = past_features(data.sequences, entries, bundle.skill, bundle.rates)
     trees = bundle.trees.probability(features)
     _check_close(path, "trees_prediction", predictions["trees_prediction"], trees)
@@ -165,11 +165,11 @@ def _check_close(path: Path, column: str, streamed: pd.Series, batch: np.ndarray
         )
 
 
-def _read_predictions(run_dir: Path, fold: Fold) -> tuple[Path, pd.DataFrame]:
+def _read_predictions(folder: ModelFolder, fold: Fold) -> tuple[Path, pd.DataFrame]:
     """(path, rows) of a fold's stream predictions: `fold` checked against the
     fingerprint 04 recorded, and the file's rows, checked for the PREDICTION_COLUMNS."""
-    path = fold_dir(run_dir, fold.index) / STREAM_PREDICTIONS
-    summary = stream_summary(run_dir, fold.index)
+    path = folder.stream_predictions
+    summary = stream_summary(folder)
     check_fold_fingerprint(summary.get("fold_fingerprint"), fold, str(path))
     try:
         predictions = pd.read_parquet(path)
@@ -229,12 +229,14 @@ def baseline_columns(
     entries: np.ndarray,
     baselines: BaselineConfig,
     features: FeatureBaselineConfig | None = None,
+    group_num: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Every baseline's scores of the flat entries: both of common.report.baselines and, unless
+    """Every baseline's scores of the flat entries: both of common.report.baselines (with
+    the groups they were streamed in, group_num, the API's rule checked first) and, unless
     `features` is None, the boosted features fitted on the fold's training rows."""
     sequences = data.sequences
     cut_row = data.arrays.offsets[:-1] + fold.user_cut
-    scores = baseline_scores(sequences, entries, cut_row, data.n_questions, baselines)
+    scores = baseline_scores(sequences, entries, cut_row, data.n_questions, baselines, group_num)
     if features is not None:
         skill = question_skills(data.questions, data.n_questions)
         train = training_entries(sequences, cut_row)
@@ -246,13 +248,14 @@ def baseline_columns(
     return scores
 
 
-def stream_summary(run_dir: Path, fold_index: int) -> dict:
-    """04's summary of fold `fold_index`'s stream (checkpoint, its selection, fold)."""
-    path = fold_dir(run_dir, fold_index) / STREAM_SUMMARY
+def stream_summary(folder: ModelFolder) -> dict:
+    """04's summary of a fold's stream (checkpoint, its selection, fold)."""
+    path = folder.stream_summary
     if not path.exists():
         raise FoldMismatchError(
-            f"{path} not found: 04_infer.py writes it beside {STREAM_PREDICTIONS}, with the "
-            f"checkpoint and folds the predictions come from"
+            f"{path} not found: 04_infer.py writes it beside "
+            f"{folder.stream_predictions.name}, with the checkpoint and folds the "
+            "predictions come from"
         )
     return json.loads(path.read_text())
 

@@ -1,4 +1,4 @@
-"""Runs: one experiment per folder, output/runs/NAME/ (layout.run_dir), beside the data/
+"""Runs: one experiment per folder, output/runs/NAME/ (common.workspace.Run), beside the data/
 and folds/ every run shares.
 
 A run's name is `03_train.py --run NAME`, or by default one derived from the config
@@ -24,11 +24,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common import layout
 from common.errors import UserError
 from common.files import json_values
 from common.model.checkpoint import dict_differences
 from common.model.saint import preset_name
+from common.workspace import ModelFolder, Run, Workspace
 
 if TYPE_CHECKING:  # annotations only: training's config is a stage above
     from common.train.config import TrainConfig
@@ -67,30 +67,31 @@ def run_name(config: TrainConfig) -> str:
     return f"{preset_name(config.model.decoder_features)}-d{config.model.d_model}-{digest}"
 
 
-def recorded_config(folder: Path) -> dict | None:
+def recorded_config(folder: ModelFolder) -> dict | None:
     """The TrainConfig dict a fold folder's run recorded (config.json, or train_run.json
     when the first epoch never finished); None when neither exists."""
-    config = folder / layout.CONFIG_FILE
-    if config.exists():
-        values = json.loads(config.read_text())
+    if folder.config.exists():
+        values = json.loads(folder.config.read_text())
         return {k: v for k, v in values.items() if k != "recorded"}
-    record = folder / "train_run.json"
+    record = folder.record("train")
     if record.exists():
         values = json.loads(record.read_text()).get("config", {})
         return {k: v for k, v in values.items() if k != "model_config"}
     return None
 
 
-def claim_fold_dir(folder: Path, config: TrainConfig, *, overwrite: bool) -> bool:
-    """Check that training may write into `folder`: empty, or holding this config's run
-    with --resume; --overwrite empties it first. Returns True when it removed files."""
+def claim_fold_dir(model: ModelFolder, config: TrainConfig, *, overwrite: bool) -> bool:
+    """Check that training may write into `model`'s folder: empty, or holding this
+    config's run with --resume; --overwrite empties it first. Returns True when it
+    removed files."""
+    folder = model.path
     if not folder.exists() or not any(folder.iterdir()):
         return False
     if overwrite:
         shutil.rmtree(folder)
         return True
     held = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
-    recorded = recorded_config(folder)
+    recorded = recorded_config(model)
     if recorded is None:
         raise RunClashError(
             f"{folder} is not empty ({held}, ...) and records no config: choose another "
@@ -110,28 +111,23 @@ def claim_fold_dir(folder: Path, config: TrainConfig, *, overwrite: bool) -> boo
     return False
 
 
-def existing_runs(output_dir: Path) -> list[str]:
-    root = layout.runs_dir(output_dir)
-    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
-
-
-def choose_run(output_dir: Path, run: str | None, latest: str | None) -> str:
+def choose_run(workspace: Workspace, run: str | None, latest: str | None) -> Run:
     """The run 04 or 05 works on: `run` if given; else the only run, or `latest` (the run
     the runs table names last: trained, for 04; streamed, for 05) among several."""
     if run:
         check_run_name(run)
-        if not layout.run_dir(output_dir, run).is_dir():
-            known = ", ".join(existing_runs(output_dir)) or "none"
-            raise UserError(f"no run {run!r} in {layout.runs_dir(output_dir)} (runs: {known})")
-        return run
-    runs = existing_runs(output_dir)
+        if not workspace.run(run).exists():
+            known = ", ".join(workspace.run_names()) or "none"
+            raise UserError(f"no run {run!r} in {workspace.runs} (runs: {known})")
+        return workspace.run(run)
+    runs = workspace.run_names()
     if not runs:
-        raise UserError(f"no runs in {layout.runs_dir(output_dir)}: run 03_train.py first")
+        raise UserError(f"no runs in {workspace.runs}: run 03_train.py first")
     if len(runs) == 1:
-        return runs[0]
+        return workspace.run(runs[0])
     if latest in runs:
-        print(f"run: {latest} (the latest in {layout.RUNS_TABLE}; --run NAME for another)")
-        return latest
+        print(f"run: {latest} (the latest in {workspace.runs_table.name}; --run NAME for another)")
+        return workspace.run(latest)
     raise UserError(f"several runs ({', '.join(runs)}): choose one with --run NAME")
 
 

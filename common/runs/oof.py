@@ -12,23 +12,24 @@ from pathlib import Path
 import pandas as pd
 
 from common.files import atomic_file, file_lock
-from common.layout import OOF_FILE, STREAM_PREDICTIONS, fold_dir, folds_holding
+from common.workspace import ModelFolder, Run
 
 COLUMNS = ("row_id", "fold", "prediction", "label")
 PARTS = ("model_prediction", "trees_prediction")
 
 
-def write_oof(run_dir: str | Path) -> Path:
-    """(Re)write run_dir/oof.parquet from every fold{k}/stream_predictions.parquet, under a
-    lock on the run's folder (folds streamed side by side each add theirs)."""
-    with file_lock(run_dir):
-        return _write_oof(Path(run_dir))
+def write_oof(run: Run) -> Path:
+    """(Re)write the run's oof.parquet from every fold{k}/stream_predictions.parquet, under
+    a lock on the run's folder (folds streamed side by side each add theirs). 04 is its
+    only writer (common.stream.infer.stream_folds)."""
+    with file_lock(run.path):
+        return _write_oof(run)
 
 
-def _write_oof(run_dir: Path) -> Path:
+def _write_oof(run: Run) -> Path:
     frames = []
-    for k in folds_holding(run_dir, STREAM_PREDICTIONS):
-        rows = pd.read_parquet(fold_dir(run_dir, k) / STREAM_PREDICTIONS)
+    for k in run.folds_holding(ModelFolder.STREAM_PREDICTIONS):
+        rows = pd.read_parquet(run.fold(k).stream_predictions)
         frame = pd.DataFrame(
             {
                 "row_id": rows["row_id"].astype("int64"),
@@ -42,7 +43,7 @@ def _write_oof(run_dir: Path) -> Path:
                 frame[column] = rows[column].astype("float32")
         frames.append(frame)
     oof = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
-    path = Path(run_dir) / OOF_FILE
+    path = run.oof
     with atomic_file(path) as tmp:
         oof.sort_values(["fold", "row_id"], kind="stable").to_parquet(tmp, index=False)
     return path

@@ -9,15 +9,15 @@ import json
 import shlex
 from pathlib import Path
 
-from common.layout import CONFIG_FILE, fold_dir
 from common.runs.folders import identity
 from common.runs.table import config_columns
 from common.tables import markdown_table
+from common.workspace import Run
 
 
-def epochs_trained(run_dir: Path, fold: int) -> int | None:
+def epochs_trained(run: Run, fold: int) -> int | None:
     """The fold's epochs so far (its history.csv; best.pt's history ends at its epoch)."""
-    path = fold_dir(run_dir, fold) / "history.csv"
+    path = run.fold(fold).history
     if not path.exists():
         return None
     return max(0, len(path.read_text().splitlines()) - 1)
@@ -27,16 +27,16 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def run_provenance(run_dir: Path, summaries: dict[int, dict]) -> dict:
+def run_provenance(run: Run, summaries: dict[int, dict]) -> dict:
     """Per fold (summaries: 04's stream_summary.json of each fold scored): the training
     config, the commit that trained it, the commands of 03 and 04, the streamed checkpoint
     and the environment; the run's name."""
     per_fold = {}
     for k, stream in summaries.items():
-        folder = fold_dir(run_dir, k)
-        config = _read(folder / CONFIG_FILE)
+        folder = run.fold(k)
+        config = _read(folder.config)
         recorded = config.pop("recorded", {})
-        train_run, infer_run = _read(folder / "train_run.json"), _read(folder / "infer_run.json")
+        train_run, infer_run = _read(folder.record("train")), _read(folder.record("infer"))
         per_fold[k] = {
             "config": config,
             "commit": recorded.get("commit", "unknown"),
@@ -48,7 +48,7 @@ def run_provenance(run_dir: Path, summaries: dict[int, dict]) -> dict:
             "checkpoint": Path(str(stream.get("checkpoint", "?"))).name,
             "checkpoint_epoch": stream.get("checkpoint_epoch"),
         }
-    return {"run": run_dir.name, "folds": per_fold}
+    return {"run": run.name, "folds": per_fold}
 
 
 def _command(argv: list[str] | None) -> str:

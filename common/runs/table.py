@@ -10,13 +10,12 @@ from __future__ import annotations
 import csv
 import math
 import time
-from pathlib import Path
 
 import pandas as pd
 
-from common import layout
 from common.files import atomic_file, file_lock
 from common.model.saint import preset_name
+from common.workspace import Workspace
 
 COLUMNS = (
     "finished", "run", "stage", "folds", "commit",
@@ -54,13 +53,13 @@ def _shown(value: object) -> str:
     return str(value)
 
 
-def append_run_row(output_dir: str | Path, row: dict) -> None:
+def append_run_row(workspace: Workspace, row: dict) -> None:
     """Append `row` (keys from COLUMNS; the clock time is added) to output/runs.csv."""
     unknown = set(row) - set(COLUMNS)
     if unknown:
         raise ValueError(f"not runs.csv columns: {sorted(unknown)}")
     row = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | row
-    path = layout.runs_table(output_dir)
+    path = workspace.runs_table
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.parent):  # the output folder: a lock file would sit beside it
         rows = []
@@ -74,8 +73,8 @@ def append_run_row(output_dir: str | Path, row: dict) -> None:
             writer.writerows(rows)
 
 
-def read_runs(output_dir: str | Path) -> pd.DataFrame:
-    path = layout.runs_table(output_dir)
+def read_runs(workspace: Workspace) -> pd.DataFrame:
+    path = workspace.runs_table
     if not path.exists():
         return pd.DataFrame(columns=list(COLUMNS))
     # text as written (a run may be named NA or null); the figures as numbers
@@ -86,17 +85,17 @@ def read_runs(output_dir: str | Path) -> pd.DataFrame:
     return table
 
 
-def latest_run(output_dir: str | Path, stage: str = "train") -> str | None:
+def latest_run(workspace: Workspace, stage: str = "train") -> str | None:
     """The run of the table's last `stage` row (None without one)."""
-    table = read_runs(output_dir)
+    table = read_runs(workspace)
     table = table[table["stage"] == stage]
     return None if table.empty else str(table["run"].iloc[-1])
 
 
-def sorted_runs(output_dir: str | Path) -> pd.DataFrame:
+def sorted_runs(workspace: Workspace) -> pd.DataFrame:
     """The table, best first: by streamed AUC (a report's pooled AUC, a fold's stream),
     then teacher-forced AUC, rows without either last."""
-    table = read_runs(output_dir)
+    table = read_runs(workspace)
     order = table.sort_values(
         ["stream_auc", "tf_auc", "run", "stage"],
         ascending=[False, False, True, True],
@@ -118,9 +117,9 @@ def _cell(column: str, value: object) -> str:
     return str(value)
 
 
-def runs_text(output_dir: str | Path) -> str:
-    table = sorted_runs(output_dir)
+def runs_text(workspace: Workspace) -> str:
+    table = sorted_runs(workspace)
     if table.empty:
-        return f"no runs yet: {layout.runs_table(output_dir)} is written by 03, 04 and 05"
+        return f"no runs yet: {workspace.runs_table} is written by 03, 04 and 05"
     shown = pd.DataFrame({c: [_cell(c, v) for v in table[c]] for c in SHOWN})
     return shown.to_string(index=False)

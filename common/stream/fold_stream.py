@@ -21,15 +21,14 @@ from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
 from common.device import check_device, device_option, resolve_device
 from common.files import atomic_file, json_values, write_json, write_run_record, write_text
-from common.layout import STREAM_PREDICTIONS, STREAM_SUMMARY, VALIDATION_PREDICTIONS, fold_dir
 from common.metrics import slice_table, student_and_part_slices
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import fold_blend_bundle
 from common.model.boosting import FeatureBaselineConfig
 from common.model.checkpoint import load_model, read_checkpoint
 from common.options import above, at_least, option, progress_option
+from common.runs.artefacts import inner_predictions
 from common.runs.folders import commit
-from common.runs.oof import write_oof
 from common.runs.provenance import epochs_trained
 from common.runs.table import append_run_row, config_columns
 from common.stream.api_loop import stream_loop
@@ -37,6 +36,7 @@ from common.stream.blend_state import BlendState, feature_state_budget
 from common.stream.emulator import Emulator, EmulatorConfig
 from common.stream.kaggle_export import KaggleConfig
 from common.stream.online import OnlineState, build_snapshot
+from common.workspace import ModelFolder, Run
 
 
 @dataclass
@@ -54,7 +54,7 @@ class InferConfig:
         "students whose model cache stays in memory (LRU beyond; rebuilt from the ring)",
         range=at_least(1),
     )
-    checkpoint: str = option("best.pt", "file in the run's fold{k}/")
+    checkpoint: str = option(ModelFolder.BEST, "file in the run's fold{k}/")
     progress: bool = progress_option()
     # past it the run stops with StateMemoryError rather than being killed by the OS
     max_state_memory: float | None = option(
@@ -128,7 +128,7 @@ def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
 
 
 def fold_state(
-    run_dir: Path,
+    folder: ModelFolder,
     config: InferConfig,
     model,
     checkpoint: dict,
@@ -160,27 +160,29 @@ def fold_state(
     bundle = None
     if config.feature_baseline:
         epoch = checkpoint.get("epoch")
-        bundle = fold_blend_bundle(run_dir, data.fold, dataset, epoch, config.trees)
+        inner = inner_predictions(folder)
+        bundle = fold_blend_bundle(inner, data.fold, dataset, epoch, config.trees)
     return BlendState(model_state, bundle, dataset.parts, skill, features, record=True)
 
 
-def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
-    """Stream fold `config.fold`'s validation rows (from output_dir's data/ and folds/)
+def run_emulated(run: Run, config: InferConfig) -> dict:
+    """Stream fold `config.fold`'s validation rows (from the workspace's data/ and folds/)
     through the emulator with the run's checkpoint, and with the fold's trees unless
     --no-feature-baseline; write the fold's outputs (the trees and the blend's weight
-    beside the checkpoint), the run's oof.parquet and a row of output/runs.csv."""
+    beside the checkpoint) and a row of output/runs.csv. The run's oof.parquet is its
+    caller's (common.stream.infer.stream_folds)."""
     begin = time.perf_counter()
-    folder = fold_dir(run_dir, config.fold)
+    folder = run.fold(config.fold)
     device = resolve_device(config.device)
-    model, checkpoint = load_model(folder / config.checkpoint, device)
-    checkpoint["path"], checkpoint["device"] = str(folder / config.checkpoint), device
-    fold = Fold.load(output_dir, config.fold)  # read and fingerprinted once
+    model, checkpoint = load_model(folder.checkpoint(config.checkpoint), device)
+    checkpoint["path"], checkpoint["device"] = str(folder.checkpoint(config.checkpoint)), device
+    fold = Fold.of(run.workspace, config.fold)  # read and fingerprinted once
     check_fold_fingerprint(checkpoint.get("fold_fingerprint"), fold, checkpoint["path"])
-    dataset = Dataset.load(output_dir)
-    data = load_fold_data(output_dir, config.fold, dataset=dataset, fold=fold)
-    state = fold_state(run_dir, config, model, checkpoint, dataset, data)
+    dataset = Dataset.of(run.workspace)
+    data = load_fold_data(run.workspace, config.fold)
+    state = fold_state(folder, config, model, checkpoint, dataset, data)
     arrays, parts = dataset.arrays, dataset.parts
-    del dataset, data  # the sequences are not needed while streaming
+    del dataset, data
     env = Emulator.from_fold(arrays, fold, config.stream)
     timing = stream_loop(env, state, config.progress)
     results = stream_results(env, state, arrays, fold)
@@ -190,9 +192,8 @@ def run_emulated(output_dir: Path, run_dir: Path, config: InferConfig) -> dict:
     if bundle is not None:
         bundle.save(folder)
     write_outputs(folder, results, table, summary)
-    write_oof(run_dir)
-    append_run_row(output_dir, stream_row(run_dir, checkpoint, summary, begin))
-    write_run_record(folder, "infer", asdict(config))
+    append_run_row(run.workspace, stream_row(run, checkpoint, summary, begin))
+    write_run_record(folder.record("infer"), asdict(config))
     return summary
 
 
@@ -228,7 +229,7 @@ def stream_summary(
         # how the checkpoint was chosen: "inner" (an inner split of the training
         # students), "fold" (these very rows), or None (a checkpoint named by hand)
         "checkpoint_selected_on": checkpoint.get("selected_on")
-        if config.checkpoint == "best.pt"
+        if config.checkpoint == ModelFolder.BEST
         else None,
         "fold_fingerprint": checkpoint.get("fold_fingerprint"),
         "auc": float(table.loc[0, "auc"]),
@@ -248,14 +249,14 @@ def stream_summary(
     }
 
 
-def streamed_already(run_dir: Path, config: InferConfig) -> bool:
+def streamed_already(run: Run, config: InferConfig) -> bool:
     """Whether fold `config.fold` was streamed with this checkpoint (same weights digest)
     and these stream settings: `04 --fold all` then keeps its outputs."""
-    path = fold_dir(run_dir, config.fold) / STREAM_SUMMARY
-    if not path.exists() or not (fold_dir(run_dir, config.fold) / STREAM_PREDICTIONS).exists():
+    folder = run.fold(config.fold)
+    if not folder.stream_summary.exists() or not folder.stream_predictions.exists():
         return False
-    summary = json.loads(path.read_text())
-    checkpoint = read_checkpoint(fold_dir(run_dir, config.fold) / config.checkpoint)
+    summary = json.loads(folder.stream_summary.read_text())
+    checkpoint = read_checkpoint(folder.checkpoint(config.checkpoint))
     digest = checkpoint.get("model_digest")
     same_model = digest is not None and summary.get("checkpoint_digest") == digest
     trees = json_values(asdict(config.trees)) if config.feature_baseline else None
@@ -267,17 +268,17 @@ def streamed_already(run_dir: Path, config: InferConfig) -> bool:
     )
 
 
-def stream_row(run_dir: Path, checkpoint: dict, summary: dict, begin: float) -> dict:
+def stream_row(run: Run, checkpoint: dict, summary: dict, begin: float) -> dict:
     """The fold's stream as a row of output/runs.csv."""
     epoch = checkpoint.get("epoch")
     history = {r["epoch"]: r for r in checkpoint.get("history", [])}
     return {
-        "run": run_dir.name,
+        "run": run.name,
         "stage": "stream",
         "folds": str(summary["fold"]),
         "commit": commit(),
         **config_columns(checkpoint.get("train_config", {})),
-        "epochs": epochs_trained(run_dir, summary["fold"]),
+        "epochs": epochs_trained(run, summary["fold"]),
         "batch_size": checkpoint.get("resolved", {}).get("batch_size"),
         "best_epoch": epoch,
         "selected_on": summary["checkpoint_selected_on"] or "by hand",
@@ -289,14 +290,16 @@ def stream_row(run_dir: Path, checkpoint: dict, summary: dict, begin: float) -> 
     }
 
 
-def write_outputs(folder: Path, results: pd.DataFrame, table: pd.DataFrame, summary: dict):
-    with atomic_file(folder / VALIDATION_PREDICTIONS) as tmp:
+def write_outputs(
+    folder: ModelFolder, results: pd.DataFrame, table: pd.DataFrame, summary: dict
+) -> None:
+    with atomic_file(folder.validation_predictions) as tmp:
         results[["row_id", "prediction"]].rename(
             columns={"prediction": "answered_correctly"}
         ).to_csv(tmp, index=False)
-    with atomic_file(folder / STREAM_PREDICTIONS) as tmp:
+    with atomic_file(folder.stream_predictions) as tmp:
         results.to_parquet(tmp, index=False)
-    with atomic_file(folder / "stream_metrics.csv") as tmp:
+    with atomic_file(folder.stream_metrics_csv) as tmp:
         table.to_csv(tmp, index=False)
     what = {"blend": "the blend (submitted)", "model": "the model (submitted)"}
     lines = [
@@ -317,5 +320,5 @@ def write_outputs(folder: Path, results: pd.DataFrame, table: pd.DataFrame, summ
         f"{summary['cache_builds']:,} cache builds took {summary['build_seconds']:.1f} s "
         f"(without them {summary['rows_per_s_without_builds']:,.0f} rows/s)",
     ]
-    write_text(folder / "stream_metrics.md", "\n".join(lines) + "\n")
-    write_json(folder / STREAM_SUMMARY, summary)
+    write_text(folder.stream_metrics_md, "\n".join(lines) + "\n")
+    write_json(folder.stream_summary, summary)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import importlib.util
 import json
 from dataclasses import replace
-from pathlib import Path
 
-from common import cli, layout
+from common import cli
 from common.data.dataset import Dataset
 from common.data.fold_data import fold_count
 from common.errors import UserError
 from common.model.blending import full_blend_bundle
+from common.runs.artefacts import fold_weights
 from common.runs.folders import choose_run
 from common.runs.oof import write_oof
 from common.runs.table import latest_run
@@ -22,24 +22,24 @@ from common.stream.fold_stream import InferConfig, run_emulated, streamed_alread
 from common.stream.kaggle_export import DATASET_SLUG, NO_OWNER, export_kaggle
 from common.stream.kaggle_notebook import run_submission
 from common.stream.trial import try_notebook
+from common.workspace import Bundle, KaggleFolder, ModelFolder, Run, Workspace
 
 
-def infer(config: InferConfig, output_dir: Path, run: str | None) -> None:
-    """What `04_infer.py` does with run `run` (None: the only run, or the latest trained)
-    of `output_dir`."""
+def infer(config: InferConfig, workspace: Workspace, name: str | None) -> None:
+    """What `04_infer.py` does with run `name` (None: the only run, or the latest
+    trained) of the workspace."""
     if config.competition or importlib.util.find_spec("riiideducation") is not None:
-        run_competition(config, output_dir, run)
+        run_competition(config, workspace, name)
         return
-    run = choose_run(output_dir, run, latest_run(output_dir))
-    run_dir = layout.run_dir(output_dir, run)
+    run = choose_run(workspace, name, latest_run(workspace))
     if config.full:  # nothing to stream: the full-data model has seen every student
         if not config.kaggle.export:
             raise UserError("--full exports the full-data model's bundle: drop --no-export")
         if config.feature_baseline:
-            fit_full_bundle(config, output_dir, run_dir)
-        export(replace(config, fold=0), output_dir, run_dir)
+            fit_full_bundle(config, run)
+        export(replace(config, fold=0), run)
         return
-    folds = stream_folds(config, output_dir, run_dir)
+    folds = stream_folds(config, run)
     if not config.kaggle.export:
         return
     if len(folds) > 1:
@@ -48,14 +48,15 @@ def infer(config: InferConfig, output_dir: Path, run: str | None) -> None:
             "--full after 03_train.py --full-data)"
         )
         return
-    export(replace(config, fold=folds[0]), output_dir, run_dir)
+    export(replace(config, fold=folds[0]), run)
 
 
-def fit_full_bundle(config: InferConfig, output_dir: Path, run_dir: Path) -> None:
+def fit_full_bundle(config: InferConfig, run: Run) -> None:
     """The full-data model's trees (every question row) and the median of the folds'
     blend weights, written beside full/best.pt for the export."""
-    bundle = full_blend_bundle(run_dir, Dataset.load(output_dir), config.trees)
-    bundle.save(layout.full_dir(run_dir))
+    dataset = Dataset.of(run.workspace)
+    bundle = full_blend_bundle(fold_weights(run), dataset, config.trees)
+    bundle.save(run.full)
     weight = "none: the model alone" if bundle.weight is None else f"{bundle.weight:g}"
     print(
         f"full-data trees: {bundle.record['trees']['rounds']} rounds on "
@@ -64,66 +65,65 @@ def fit_full_bundle(config: InferConfig, output_dir: Path, run_dir: Path) -> Non
     )
 
 
-def run_competition(config: InferConfig, output_dir: Path, run: str | None) -> None:
+def run_competition(config: InferConfig, workspace: Workspace, name: str | None) -> None:
     """The bundle (--model-dir, or the run's export) streamed through the real API."""
     if not isinstance(config.fold, int) and len(config.fold) != 1:
         raise UserError("the competition's API streams one model: give one --fold")
     fold = config.fold if isinstance(config.fold, int) else config.fold[0]
-    model = layout.model_dir(Path(), fold, config.full).name  # fold{k} or full
-    model_dir = config.model_dir
-    if model_dir is None:
-        kaggle_dir = config.kaggle.kaggle_dir
-        if kaggle_dir is None:
-            run = choose_run(output_dir, run, latest_run(output_dir))
-            kaggle_dir = layout.kaggle_dir(layout.run_dir(output_dir, run))
-        model_dir = Path(kaggle_dir) / layout.KAGGLE_DATASET_SUBDIR
+    if config.model_dir is not None:
+        bundle = Bundle(config.model_dir)
+    elif config.kaggle.kaggle_dir is not None:
+        bundle = Bundle(KaggleFolder(config.kaggle.kaggle_dir).dataset)
+    else:
+        bundle = Bundle(choose_run(workspace, name, latest_run(workspace)).kaggle.dataset)
     run_submission(
-        model_dir,
-        model=model,
+        bundle.path,
+        model=ModelFolder.name_of(fold, config.full),
         device=config.device,
         max_state_gb=config.max_state_memory,
         cache_students=config.cache_students,
     )
 
 
-def stream_folds(config: InferConfig, output_dir: Path, run_dir: Path) -> list[int]:
+def stream_folds(config: InferConfig, run: Run) -> list[int]:
     """Stream each chosen fold (with several, a fold streamed already with this checkpoint
-    and these settings is kept) and keep the run's oof.parquet whole; the folds."""
-    folds = cli.chosen_folds(config.fold, fold_count(output_dir))
-    untrained = [k for k in folds if not (layout.fold_dir(run_dir, k) / config.checkpoint).exists()]
+    and these settings is kept) and keep the run's oof.parquet whole (written here only,
+    after each fold); the folds."""
+    folds = cli.chosen_folds(config.fold, fold_count(run.workspace))
+    untrained = [k for k in folds if not run.fold(k).checkpoint(config.checkpoint).exists()]
     if untrained and len(folds) > 1:  # before any fold streams (one fold: load_model says)
         raise UserError(
-            f"run {run_dir.name} has no {config.checkpoint} for fold(s) {untrained}: train "
-            f"them (03_train.py --run {run_dir.name} --fold ...) or name the folds to stream"
+            f"run {run.name} has no {config.checkpoint} for fold(s) {untrained}: train "
+            f"them (03_train.py --run {run.name} --fold ...) or name the folds to stream"
         )
     kept = False
     for k in folds:
         fold_config = replace(config, fold=k)
-        if len(folds) > 1 and streamed_already(run_dir, fold_config):
+        if len(folds) > 1 and streamed_already(run, fold_config):
             print(f"fold {k}: streamed already with this checkpoint and these settings (kept)")
             kept = True
             continue
-        summary = run_emulated(output_dir, run_dir, fold_config)
-        fold_dir = layout.fold_dir(run_dir, k)
-        print((fold_dir / "stream_metrics.md").read_text())
+        summary = run_emulated(run, fold_config)
+        write_oof(run)  # after each fold, from the folds on disk (kept ones included)
+        folder = run.fold(k)
+        print(folder.stream_metrics_md.read_text())
         print(json.dumps({k: summary[k] for k in ("auc", "rows", "groups", "rows_per_s")}))
-        print(f"wrote {fold_dir / layout.VALIDATION_PREDICTIONS}")
+        print(f"wrote {folder.validation_predictions}")
     if kept:  # rebuilt from the folds on disk (a kept fold's rows included)
-        write_oof(run_dir)
-    print(f"out-of-fold predictions of run {run_dir.name}: {run_dir / layout.OOF_FILE}")
+        write_oof(run)
+    print(f"out-of-fold predictions of run {run.name}: {run.oof}")
     return folds
 
 
-def export(config: InferConfig, output_dir: Path, run_dir: Path) -> None:
+def export(config: InferConfig, run: Run) -> None:
     """The Kaggle dataset and notebook of fold `config.fold`'s (or the full-data) model."""
-    model = layout.model_dir(Path(), config.fold, config.full).name  # fold{k} or full
-    checkpoint = layout.model_dir(run_dir, config.fold, config.full) / config.checkpoint
+    source = run.model(config.fold, config.full)
     kaggle = config.kaggle
-    kaggle_dir = kaggle.kaggle_dir or layout.kaggle_dir(run_dir)
+    folder = KaggleFolder(kaggle.kaggle_dir) if kaggle.kaggle_dir else run.kaggle
     ids = kaggle.ids()
-    dataset, kernel = export_kaggle(output_dir, checkpoint, model, kaggle_dir, ids)
+    dataset, kernel = export_kaggle(run.workspace, source, config.checkpoint, folder, ids)
     if config.test_csv is not None:
-        submission = try_notebook(kaggle_dir, config.test_csv, ids.slug)
+        submission = try_notebook(folder, config.test_csv, ids.slug)
         print(f"the exported notebook ran on {config.test_csv}: {submission}")
     print(
         f"Kaggle dataset in {dataset}, notebook in {kernel}; submit with\n"

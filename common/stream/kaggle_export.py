@@ -40,28 +40,19 @@ from common.data.dataset import Dataset
 from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
 from common.files import atomic_dir, write_json, write_text
-from common.layout import (
-    CODE_SUBDIR,
-    FEATURE_SNAPSHOT_FILE,
-    KAGGLE_DATASET_SUBDIR,
-    KAGGLE_KERNEL_SUBDIR,
-    PARTS_FILE,
-    SKILLS_FILE,
-    SNAPSHOT_FILE,
-    state_dir,
-)
-from common.model.blend_bundle import BUNDLE_FILES
 from common.model.checkpoint import save_inference_checkpoint
 from common.model.saint import ModelConfig
 from common.options import option
 from common.stream.kaggle_notebook import COMPETITION
 from common.stream.online import build_snapshot
+from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = PACKAGE_DIR.name  # "common"
 NOTEBOOK_ENTRY = f"{PACKAGE}.stream.kaggle_notebook"
 ENTRY_FILE = NOTEBOOK_ENTRY.replace(".", "/") + ".py"  # under the bundle's code/
-NOTEBOOK_FILE = "submission.ipynb"
+NOTEBOOK_FILE = KaggleFolder.NOTEBOOK
+CODE_SUBDIR = Bundle.CODE
 KAGGLE_INPUT = "/kaggle/input"  # where a notebook's datasets and competition data are
 
 
@@ -282,59 +273,58 @@ def write_code(dest: Path) -> None:
         shutil.copy2(source, target)
 
 
-def copy_blend_bundle(source: Path, dest: Path) -> bool:
+def copy_blend_bundle(source: ModelFolder, dest: ModelFolder) -> bool:
     """The trees, their inputs and the blend's weight (common.model.blend_bundle) that 04
     wrote beside the checkpoint, copied beside its export; False where there are none."""
-    if not all((source / name).exists() for name in BUNDLE_FILES):
+    if not all(source.file(name).exists() for name in ModelFolder.BLEND_FILES):
         return False
-    for name in BUNDLE_FILES:
-        shutil.copy2(source / name, dest / name)
+    for name in ModelFolder.BLEND_FILES:
+        shutil.copy2(source.file(name), dest.file(name))
     return True
 
 
-def write_state(output_dir: Path, folder: Path, model: ModelConfig, with_trees: bool):
+def write_state(workspace: Workspace, bundle: Bundle, model: ModelConfig, with_trees: bool):
     """Every student's start state, from every question of the data: the model's last
     receptive field of questions (SNAPSHOT_FILE; with their past-event features for a
     model that reads them), part and skill by question (PARTS_FILE, SKILLS_FILE); with
     the trees or such a model, the whole question history the features read
     (FEATURE_SNAPSHOT_FILE)."""
-    dataset = Dataset.load(output_dir)
+    dataset = Dataset.of(workspace)
     sequences, users = dataset.sequences, dataset.arrays.users
     skill = question_skills(dataset.questions, dataset.n_questions)
     reads = model.past_features != "none"
     if reads:
         attach_model_features(sequences, skill)
     snapshot = build_snapshot(sequences, users, sequences.lengths(), model.receptive_field)
-    snapshot.save(folder / SNAPSHOT_FILE)
+    bundle.state.mkdir(parents=True, exist_ok=True)
+    snapshot.save(bundle.snapshot)
     del snapshot
-    np.save(str(folder / PARTS_FILE), dataset.parts)
-    np.save(str(folder / SKILLS_FILE), skill)
+    np.save(str(bundle.parts), dataset.parts)
+    np.save(str(bundle.skills), skill)
     if with_trees or reads:
-        build_feature_snapshot(sequences, users, sequences.lengths()).save(
-            folder / FEATURE_SNAPSHOT_FILE
-        )
+        build_feature_snapshot(sequences, users, sequences.lengths()).save(bundle.features)
 
 
 def export_kaggle(
-    output_dir: Path, checkpoint: Path, model: str, kaggle_dir: Path, ids: KaggleIds
-) -> tuple[Path, Path]:
-    """Write <kaggle_dir>/dataset/ (the model `checkpoint` as <model>/best.pt, every
-    student's state, the inference code) and <kaggle_dir>/kernel/ (see the module
-    docstring); each folder appears whole or not at all. Returns both."""
-    dataset_dir = kaggle_dir / KAGGLE_DATASET_SUBDIR
-    kernel_dir = kaggle_dir / KAGGLE_KERNEL_SUBDIR
-    with atomic_dir(dataset_dir) as tmp:
-        config = save_inference_checkpoint(checkpoint, tmp / model / "best.pt")
-        blend = copy_blend_bundle(checkpoint.parent, tmp / model)
-        write_state(output_dir, state_dir(tmp), config, with_trees=blend)
-        write_code(tmp / CODE_SUBDIR)
+    workspace: Workspace, source: ModelFolder, checkpoint: str, kaggle: KaggleFolder,
+    ids: KaggleIds,
+) -> tuple[Path, Path]:  # fmt: skip
+    """Write the Kaggle folder's dataset/ (the model `source`/`checkpoint` as
+    <model>/best.pt, every student's state, the inference code) and kernel/ (see the
+    module docstring); each folder appears whole or not at all. Returns both."""
+    with atomic_dir(kaggle.dataset) as tmp:
+        bundle = Bundle(tmp)
+        model = bundle.model(source.name)
+        config = save_inference_checkpoint(source.checkpoint(checkpoint), model.checkpoint())
+        blend = copy_blend_bundle(source, model)
+        write_state(workspace, bundle, config, with_trees=blend)
+        write_code(bundle.code)
         write_json(
-            tmp / "dataset-metadata.json",
+            bundle.metadata,
             {"title": ids.slug, "id": ids.dataset, "licenses": [{"name": "CC0-1.0"}]},
         )
-    with atomic_dir(kernel_dir) as tmp:
-        write_text(
-            tmp / NOTEBOOK_FILE, json.dumps(notebook(notebook_cell(ids.slug, model)), indent=1)
-        )
-        write_json(tmp / "kernel-metadata.json", kernel_metadata(ids))
-    return dataset_dir, kernel_dir
+    with atomic_dir(kaggle.kernel) as tmp:
+        cell = notebook_cell(ids.slug, source.name)
+        write_text(tmp / KaggleFolder.NOTEBOOK, json.dumps(notebook(cell), indent=1))
+        write_json(tmp / KaggleFolder.KERNEL_METADATA, kernel_metadata(ids))
+    return kaggle.dataset, kaggle.kernel

@@ -20,12 +20,12 @@ import numpy as np
 from common.data.past_state import FeatureSnapshot
 from common.device import resolve_device
 from common.errors import UserError
-from common.layout import FEATURE_SNAPSHOT_FILE, PARTS_FILE, SKILLS_FILE, SNAPSHOT_FILE, state_dir
 from common.model.blend_bundle import BlendBundle
 from common.model.checkpoint import load_model
 from common.stream.api_loop import stream_loop
 from common.stream.blend_state import BlendState, feature_state_budget
 from common.stream.online import OnlineState, Snapshot
+from common.workspace import Bundle
 
 COMPETITION = "riiid-test-answer-prediction"  # its data folder: /kaggle/input/<this>
 API_MODULE = "riiideducation"
@@ -80,11 +80,11 @@ def run_submission(
     (<bundle>/<model>/best.pt: fold{k} or full) and state. The state may take
     `max_state_gb` (default COMPETITION_STATE_GB), which sizes the cache pool; the
     competition's data folder is looked for beside the bundle unless given."""
-    bundle = Path(bundle)
-    where = Path(competition_dir) if competition_dir else bundle.parent / COMPETITION
+    bundle = Bundle(bundle)
+    where = Path(competition_dir) if competition_dir else bundle.path.parent / COMPETITION
     api = import_api(where)
     torch_device = resolve_device(device)
-    checkpoint_path = bundle / model / "best.pt"
+    checkpoint_path = bundle.model(model).checkpoint()
     net, checkpoint = load_model(checkpoint_path, torch_device)
     budget = int((COMPETITION_STATE_GB if max_state_gb is None else max_state_gb) * 1e9)
     state = bundle_state(bundle, model, net, torch_device, cache_students, budget)
@@ -101,18 +101,17 @@ def run_submission(
     return summary
 
 
-def bundle_state(bundle: Path, model: str, net, device, cache_students: int, budget: int):
+def bundle_state(bundle: Bundle, model: str, net, device, cache_students: int, budget: int):
     """The state the bundle streams with: the model's online state and, where the bundle
     ships trees for <model>/ (common.model.blend_bundle), the feature state beside it
     (common.stream.blend_state.BlendState: the blend is submitted). The feature state's
     planned bytes come out of `budget` first; the rest sizes the model's cache pool."""
-    state = state_dir(bundle)
-    parts = np.load(str(state / PARTS_FILE))
-    snapshot = Snapshot.load(state / SNAPSHOT_FILE)
-    blend = BlendBundle.load(bundle / model)
+    parts = np.load(str(bundle.parts))
+    snapshot = Snapshot.load(bundle.snapshot)
+    blend = BlendBundle.load(bundle.model(model))
     if blend is None and net.config.past_features == "none":
         return OnlineState(net, parts, device, snapshot, cache_students, budget)
-    features = FeatureSnapshot.load(state / FEATURE_SNAPSHOT_FILE)
+    features = FeatureSnapshot.load(bundle.features)
     reserved = feature_state_budget(features)
     model_state = OnlineState(net, parts, device, snapshot, cache_students, budget, reserved)
-    return BlendState(model_state, blend, parts, np.load(str(state / SKILLS_FILE)), features)
+    return BlendState(model_state, blend, parts, np.load(str(bundle.skills)), features)

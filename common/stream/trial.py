@@ -19,11 +19,10 @@ import sys
 from pathlib import Path
 
 from common.errors import UserError
-from common.layout import KAGGLE_DATASET_SUBDIR, KAGGLE_KERNEL_SUBDIR
 from common.stream import local_api
-from common.stream.kaggle_export import KAGGLE_INPUT, NOTEBOOK_FILE
+from common.stream.kaggle_export import KAGGLE_INPUT
+from common.workspace import KaggleFolder
 
-TRIAL_SUBDIR = "trial"  # in the Kaggle folder, beside dataset/ and kernel/
 LAUNCHER = """
 import sys
 sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
@@ -33,23 +32,23 @@ exec(compile(cell, "submission.ipynb", "exec"), {"__name__": "__main__"})
 """
 
 
-def try_notebook(kaggle_dir: Path, test_csv: Path, slug: str) -> Path:
-    """Run <kaggle_dir>/kernel's notebook on <kaggle_dir>/dataset against `test_csv`
-    (the dataset mounted as /kaggle/input/<slug> would be); returns the submission.csv it
-    wrote, in <kaggle_dir>/trial/working/."""
+def try_notebook(kaggle: KaggleFolder, test_csv: Path, slug: str) -> Path:
+    """Run the Kaggle folder's kernel/ notebook on its dataset/ against `test_csv` (the
+    dataset mounted as /kaggle/input/<slug> would be); returns the submission.csv it
+    wrote, in its trial/working/."""
     test_csv = Path(test_csv).resolve()
     if not test_csv.exists():
         raise UserError(f"--test-csv {test_csv}: no such file")
-    trial = Path(kaggle_dir) / TRIAL_SUBDIR
+    trial = kaggle.trial
     if trial.exists():
         shutil.rmtree(trial)
     mounted = trial / "input"
     mounted.mkdir(parents=True)
-    (mounted / slug).symlink_to((Path(kaggle_dir) / KAGGLE_DATASET_SUBDIR).resolve())
+    (mounted / slug).symlink_to(kaggle.dataset.resolve())
     api = trial / "api" / "riiideducation"
     api.mkdir(parents=True)
     shutil.copyfile(local_api.__file__, api / "__init__.py")
-    notebook = json.loads((Path(kaggle_dir) / KAGGLE_KERNEL_SUBDIR / NOTEBOOK_FILE).read_text())
+    notebook = json.loads((kaggle.kernel / KaggleFolder.NOTEBOOK).read_text())
     cell = "".join(notebook["cells"][0]["source"]).replace(KAGGLE_INPUT, str(mounted.resolve()))
     (trial / "cell.py").write_text(cell)
     (trial / "launcher.py").write_text(LAUNCHER)

@@ -18,11 +18,9 @@ import torch
 
 from common.data.fold_data import FoldData
 from common.files import atomic_file, remove_stale_temp_files, write_json
-from common.layout import CONFIG_FILE, INNER_PREDICTIONS
 from common.model.checkpoint import (
     CheckpointError,
     check_resumable,
-    latest_epoch_checkpoint,
     read_checkpoint,
     rng_state,
     save_checkpoint,
@@ -32,6 +30,7 @@ from common.runs.folders import commit
 from common.runs.table import config_columns
 from common.train.build import TrainSetup
 from common.train.config import TrainConfig, shaping_changes
+from common.workspace import ModelFolder, Run
 
 
 @dataclass
@@ -52,8 +51,8 @@ class RunFiles:
     after each epoch and reads back to resume."""
 
     config: TrainConfig
-    run_dir: Path  # output/runs/NAME
-    fold_dir: Path
+    run: Run
+    folder: ModelFolder  # the run's fold{k}/ or full/
     setup: TrainSetup
     fingerprint: dict | None  # the fold's (common.data.fold_data.Fold.fingerprint)
 
@@ -91,8 +90,8 @@ class RunFiles:
         was running is redone. Returns False when there is none. `main`: the process that
         writes (rank 0)."""
         if main:
-            remove_stale_temp_files(self.fold_dir)
-        path = latest_epoch_checkpoint(self.fold_dir)
+            remove_stale_temp_files(self.folder.path)
+        path = self.folder.latest_epoch_checkpoint()
         if path is None:
             return False
         checkpoint = read_checkpoint(path, device)
@@ -135,11 +134,11 @@ class RunFiles:
         """Redo what a kill right after the epoch checkpoint may have cut short: best.pt
         (the best epoch's checkpoint holds the same payload), history.csv, config.json."""
         best_epoch = progress.best_epoch
-        best = self.fold_dir / f"epoch_{best_epoch:02d}.pt"
+        best = self.folder.epoch_checkpoint(best_epoch)
         if best_epoch >= 1 and best.exists() and not self.best_is(best_epoch):
-            with atomic_file(self.fold_dir / "best.pt") as tmp:
+            with atomic_file(self.folder.checkpoint()) as tmp:
                 shutil.copyfile(best, tmp)
-        history = self.fold_dir / "history.csv"
+        history = self.folder.history
         rows = len(history.read_text().splitlines()) - 1 if history.exists() else -1
         if rows != len(progress.history):
             self.write_epoch(progress, improved=False)
@@ -147,25 +146,25 @@ class RunFiles:
     def best_is(self, epoch: int) -> bool:
         """Whether best.pt is whole and holds `epoch` (then a resume leaves it alone)."""
         try:
-            return read_checkpoint(self.fold_dir / "best.pt", "cpu").get("epoch") == epoch
+            return read_checkpoint(self.folder.checkpoint(), "cpu").get("epoch") == epoch
         except (OSError, CheckpointError):
             return False
 
     def write_inner_predictions(self, data: FoldData, epoch: int, probability: np.ndarray) -> None:
-        """best.pt's predictions of the inner split (INNER_PREDICTIONS), with its epoch."""
+        """best.pt's predictions of the inner split (inner_predictions.parquet), with its epoch."""
         rows = data.sequences.row[data.inner_tails.flat_index(data.sequences)]
         frame = pd.DataFrame({"global_row": rows, "prediction": probability, "epoch": epoch})
-        with atomic_file(self.fold_dir / INNER_PREDICTIONS) as tmp:
+        with atomic_file(self.folder.inner_predictions) as tmp:
             frame.to_parquet(tmp, index=False)
 
     def write_epoch(self, progress: Progress, improved: bool) -> None:
         """The epoch's checkpoint (and best.pt when it improved), history.csv and
         config.json."""
         payload = self.checkpoint_payload(progress)
-        save_checkpoint(self.fold_dir / f"epoch_{progress.epoch:02d}.pt", payload)
+        save_checkpoint(self.folder.epoch_checkpoint(progress.epoch), payload)
         if improved:
-            save_checkpoint(self.fold_dir / "best.pt", payload)
-        with atomic_file(self.fold_dir / "history.csv") as tmp, open(tmp, "w", newline="") as f:
+            save_checkpoint(self.folder.checkpoint(), payload)
+        with atomic_file(self.folder.history) as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(progress.history[0]))
             writer.writeheader()
             writer.writerows(progress.history)
@@ -173,11 +172,11 @@ class RunFiles:
         # back, the file starts the configuration, it does not continue a run); what the
         # run resolved and where it ran under "recorded", which --config ignores
         write_json(
-            self.fold_dir / CONFIG_FILE,
+            self.folder.config,
             asdict(replace(self.config, resume=False))
             | {
                 "recorded": {
-                    "run": self.run_dir.name,
+                    "run": self.run.name,
                     "commit": commit(),
                     "model_config": self.setup.model_config.to_dict(),
                     "resolved": self.setup.plan.resolved(),
@@ -192,7 +191,7 @@ class RunFiles:
         best = next((r for r in history if r["epoch"] == progress.best_epoch), {})
         rates = [r["interactions_per_s"] for r in history[-progress.epochs_run :]]
         return {
-            "run": self.run_dir.name,
+            "run": self.run.name,
             "stage": "train",
             "folds": "full" if full else str(self.config.fold),
             "commit": commit(),

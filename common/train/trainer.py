@@ -16,31 +16,28 @@ import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import layout
 from common.data.features import window_inputs
 from common.data.fold_data import FoldData, Tails, load_fold_data, load_full_data
 from common.device import Distributed, resolve_device
 from common.files import write_run_record
-from common.layout import model_dir
 from common.metrics import auc_or_nan, binary_log_loss
-from common.model.checkpoint import cv_epochs
 from common.model.distill import distillation_loss
 from common.model.predict import predict_tails, to_tensors
 from common.model.saint import SAINT
+from common.runs.artefacts import cv_epochs
 from common.runs.folders import RunClashError, check_run_name, claim_fold_dir, run_name
-from common.runs.oof import write_oof
 from common.runs.table import append_run_row
 from common.train.build import build
 from common.train.config import TrainConfig
 from common.train.outputs import Progress, RunFiles
 from common.train.plan import TrainPlan
+from common.workspace import Run, Workspace
 
 
 def masked_bce(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -72,18 +69,16 @@ class Trainer:
     (common.train.build.TrainSetup); what it writes is common.train.outputs.RunFiles."""
 
     config: TrainConfig
-    run_dir: Path  # output/runs/NAME (layout.run_dir)
+    run: Run
     data: FoldData
     device: torch.device
     dist: Distributed = field(default_factory=Distributed)
 
     def __post_init__(self) -> None:
-        self.fold_dir = model_dir(self.run_dir, self.config.fold, self.config.full_data)
-        self.fold_dir.mkdir(parents=True, exist_ok=True)
+        self.folder = self.run.model(self.config.fold, self.config.full_data)
+        self.folder.path.mkdir(parents=True, exist_ok=True)
         self.setup = build(self.config, self.data, self.device, self.dist)
-        self.files = RunFiles(
-            self.config, self.run_dir, self.fold_dir, self.setup, self.data.fingerprint
-        )
+        self.files = RunFiles(self.config, self.run, self.folder, self.setup, self.data.fingerprint)
         self.progress = Progress()
 
     @property
@@ -265,7 +260,7 @@ class Trainer:
             return self.progress.history
         if self.dist.main:
             record = asdict(self.config) | {"model_config": self.setup.model_config.to_dict()}
-            write_run_record(self.fold_dir, "train", record)
+            write_run_record(self.folder.record("train"), record)
             print(self.describe())
         while not self.finished():
             self.run_epoch()
@@ -278,7 +273,7 @@ class Trainer:
         progress, done = self.progress, self.finished()
         if self.dist.main and done:
             print(
-                f"{self.fold_dir.name} finished already (epoch {progress.epoch}, best epoch "
+                f"{self.folder.name} finished already (epoch {progress.epoch}, best epoch "
                 f"{progress.best_epoch}): kept"
             )
         elif self.dist.main:
@@ -359,52 +354,47 @@ def epoch_line(record: EpochRecord, select_on: str) -> str:
     )
 
 
-def training_data(
-    config: TrainConfig, output_dir: str | Path, run_dir: Path, main: bool
-) -> tuple[TrainConfig, FoldData]:
+def training_data(config: TrainConfig, run: Run, main: bool) -> tuple[TrainConfig, FoldData]:
     """The data a run trains on: fold `config.fold` with its inner split, or every
     student (full_data; epochs 0 take the run's folds' median best epoch)."""
     if config.full_data:
-        data = load_full_data(output_dir)
+        data = load_full_data(run.workspace)
         if config.epochs == 0:
-            config = replace(config, epochs=cv_epochs(run_dir, main))
+            config = replace(config, epochs=cv_epochs(run, main))
         return config, data
     inner_share = config.inner_share if config.select_on == "inner" else 0.0
-    return config, load_fold_data(output_dir, config.fold, inner_share, config.seed)
+    return config, load_fold_data(run.workspace, config.fold, inner_share, config.seed)
 
 
-def claim(
-    run_dir: Path, run: str, config: TrainConfig, overwrite: bool, dist_info: Distributed
-) -> None:
+def claim(run: Run, config: TrainConfig, overwrite: bool, dist_info: Distributed) -> None:
     """Claim the fold folder for this run on rank 0 (common.runs.folders.claim_fold_dir);
-    every rank learns its verdict before going on."""
+    every rank learns its verdict before going on. --overwrite leaves the run's
+    oof.parquet to 04, which rewrites it from the folds it finds."""
     refusal = None
     if dist_info.main:
-        folder = layout.model_dir(run_dir, config.fold, config.full_data)
+        folder = run.model(config.fold, config.full_data)
         try:
             if claim_fold_dir(folder, config, overwrite=overwrite):
-                print(f"--overwrite: removed {folder}")
-                write_oof(run_dir)  # without the removed fold's predictions
-            print(f"run {run}: {folder}")
+                print(f"--overwrite: removed {folder.path}")
+            print(f"run {run.name}: {folder.path}")
         except RunClashError as error:
             refusal = error
     if dist_info.broadcast(0.0 if refusal else 1.0) == 0.0:
-        raise refusal or RunClashError(f"run {run}: rank 0 refused the fold folder")
+        raise refusal or RunClashError(f"run {run.name}: rank 0 refused the fold folder")
 
 
 def train(
-    config: TrainConfig, output_dir: str | Path, run: str | None = None, overwrite: bool = False
+    config: TrainConfig, workspace: Workspace, name: str | None = None, overwrite: bool = False
 ) -> list[dict]:
-    """Train fold `config.fold` from `<output_dir>/data` and `<output_dir>/folds`, or
-    (full_data) every student from `<output_dir>/data`, into run `run`'s folder
-    (output/runs/RUN/fold{k} or full/; default name: common.runs.folders.run_name). A fold folder
-    holding files is refused unless it holds this config and config.resume is set, or
-    `overwrite` (common.runs.folders.claim_fold_dir). When epochs were trained, one row is
-    appended to output/runs.csv. Under torchrun the process group is joined once and
-    kept for the next fold; the caller closes it (Distributed.close)."""
+    """Train fold `config.fold` from the workspace's data/ and folds/, or (full_data)
+    every student of its data/, into run `name`'s folder (runs/NAME/fold{k} or full/;
+    default name: common.runs.folders.run_name). A fold folder holding files is refused
+    unless it holds this config and config.resume is set, or `overwrite`
+    (common.runs.folders.claim_fold_dir). When epochs were trained, one row is appended
+    to runs.csv. Under torchrun the process group is joined once and kept for the next
+    fold; the caller closes it (Distributed.close)."""
     begin = time.perf_counter()
-    run = check_run_name(run) if run else run_name(config)
-    run_dir = layout.run_dir(output_dir, run)
+    run = workspace.run(check_run_name(name) if name else run_name(config))
     dist_info = Distributed.from_env()
     device = resolve_device(config.device)
     if device.type == "cuda" and dist_info.world > 1:
@@ -412,11 +402,11 @@ def train(
         torch.cuda.set_device(device)
     dist_info.init(device)
     # read (and checked) before the fold folder is touched: a refusal writes nothing
-    config, data = training_data(config, output_dir, run_dir, dist_info.main)
-    claim(run_dir, run, config, overwrite, dist_info)
-    trainer = Trainer(config, run_dir, data, device, dist_info)
+    config, data = training_data(config, run, dist_info.main)
+    claim(run, config, overwrite, dist_info)
+    trainer = Trainer(config, run, data, device, dist_info)
     history = trainer.fit()
     if dist_info.main and trainer.progress.epochs_run:
         row = trainer.files.run_row(trainer.progress, time.perf_counter() - begin)
-        append_run_row(output_dir, row)
+        append_run_row(workspace, row)
     return history

@@ -1,0 +1,49 @@
+"""What 03 and 04 left in a run's folders, read for the stages after them: the CV folds'
+best epochs (03 --full-data --epochs 0), a fold's inner-split predictions (the blend's
+weight) and the weights the folds' blends chose (04 --full). common.model never reads a
+run folder: these readers hand it what it needs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from common.model.blending import InnerPredictions
+from common.model.checkpoint import CheckpointError, read_checkpoint
+from common.workspace import ModelFolder, Run
+
+
+def cv_epochs(run: Run, say: bool = True) -> int:
+    """The full-data run's epoch count: the median best epoch of the CV folds' best.pt
+    (each chosen by its fold's selection), rounded."""
+    found = {}
+    for k in run.folds_holding(ModelFolder.BEST):
+        folder = run.fold(k)
+        found[folder.name] = int(read_checkpoint(folder.checkpoint(), "cpu")["best_epoch"])
+    if not found:
+        raise CheckpointError(
+            f"--epochs 0 takes the epoch count from the CV folds, but {run.path} has no "
+            f"fold*/{ModelFolder.BEST}: train the folds first, or give --epochs"
+        )
+    epochs = max(1, round(float(np.median(list(found.values())))))
+    if say:
+        print(f"epochs from CV: best epochs {found}, median {epochs}")
+    return epochs
+
+
+def inner_predictions(folder: ModelFolder) -> InnerPredictions:
+    """The fold's inner-split predictions by its best checkpoint (03 --select-on inner
+    writes them), or none."""
+    path = folder.inner_predictions
+    return InnerPredictions(str(path), pd.read_parquet(path) if path.exists() else None)
+
+
+def fold_weights(run: Run) -> dict[int, float | None]:
+    """fold: the blend weight 04 chose for it (None: none chosen), for each fold of the
+    run with a blend file."""
+    weights = {}
+    for k in run.folds_holding(ModelFolder.BLEND):
+        weights[k] = json.loads(run.fold(k).blend.read_text()).get("weight")
+    return weights
