@@ -229,22 +229,6 @@ class Trainer:
         labels = tails.labels(self.data.sequences)
         return binary_log_loss(labels, probability), auc_or_nan(labels, probability), probability
 
-    def describe(self) -> str:
-        """What this run trains on and how: printed at the start of fit."""
-        config, plan = self.config, self.plan
-        warmup = "" if config.warmup else " (automatic: a tenth of the run, at most 4,000)"
-        return (
-            f"{self.model.n_parameters():,} parameters; device {self.device}; "
-            f"{describe_selection(config, self.data)}\n"
-            f"sequences: spans of {plan.span} questions after {plan.context} of context "
-            f"(receptive field {self.setup.model_config.receptive_field}); "
-            f"batches of {plan.batch_size} windows' worth of trained questions"
-            f"{'' if config.batch_size else ' (automatic: see --batch-size)'}\n"
-            f"schedule: {config.schedule}, lr {config.lr:g} after a warm-up of "
-            f"{plan.warmup:,}{warmup} of {plan.total_steps:,} steps "
-            f"({plan.total_steps // max(config.epochs, 1):,} per epoch)"
-        )
-
     # -- the loop ----------------------------------------------------------------------
     def finished(self) -> bool:
         """All epochs trained, or early stopping's patience ran out."""
@@ -261,7 +245,7 @@ class Trainer:
         if self.dist.main:
             record = asdict(self.config) | {"model_config": self.setup.model_config.to_dict()}
             write_run_record(self.folder.record("train"), record)
-            print(self.describe())
+            print(describe_run(self))
         while not self.finished():
             self.run_epoch()
             self.dist.barrier()
@@ -321,6 +305,23 @@ class Trainer:
         if improved:
             progress.best_auc, progress.best_epoch = selected, progress.epoch
         return improved
+
+
+def describe_run(trainer: Trainer) -> str:
+    """What a run trains on and how: printed at the start of fit."""
+    config, plan = trainer.config, trainer.plan
+    warmup = "" if config.warmup else " (automatic: a tenth of the run, at most 4,000)"
+    return (
+        f"{trainer.model.n_parameters():,} parameters; device {trainer.device}; "
+        f"{describe_selection(config, trainer.data)}\n"
+        f"sequences: spans of {plan.span} questions after {plan.context} of context "
+        f"(receptive field {trainer.setup.model_config.receptive_field}); "
+        f"batches of {plan.batch_size} windows' worth of trained questions"
+        f"{'' if config.batch_size else ' (automatic: see --batch-size)'}\n"
+        f"schedule: {config.schedule}, lr {config.lr:g} after a warm-up of "
+        f"{plan.warmup:,}{warmup} of {plan.total_steps:,} steps "
+        f"({plan.total_steps // max(config.epochs, 1):,} per epoch)"
+    )
 
 
 def describe_selection(config: TrainConfig, data: FoldData) -> str:
