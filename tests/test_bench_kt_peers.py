@@ -8,8 +8,6 @@ pykt_peer's window and batch code runs here on a stand-in model."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,7 +24,7 @@ from common.data.dataset import Dataset
 from common.data.fold_data import load_fold_data
 from common.metrics import paired_bootstrap_auc_difference
 from common.workspace import Workspace
-from tests.helpers import REPO
+from tests.helpers import REPO, run_numbered_script
 
 # ---------------------------------------------------------------------------------------
 # windows
@@ -112,7 +110,7 @@ AKT_LINES = (
 @pytest.fixture(scope="module")
 def bundled_prep(tmp_path_factory):
     """A small AKT-format data set with multi-skill rows, converted with `bundle`, then
-    01 and 02 (5 folds of new students)."""
+    01 and 02 (5 folds of new students); each script in this process."""
     root = tmp_path_factory.mktemp("peers")
     source = root / "students.csv"
     source.write_text(
@@ -126,10 +124,8 @@ def bundled_prep(tmp_path_factory):
         ["02_make_folds.py", "--input-dir", inputs, "--output-dir", prep, "--strategy", "unseen"],
     ]
     commands = [commands[0] + commands[1][1:], *commands[2:]]
-    for command in commands:
-        done = subprocess.run(
-            [sys.executable, *map(str, command)], cwd=REPO, capture_output=True, text=True
-        )
+    for script, *args in commands:
+        done = run_numbered_script(script, *args)
         assert done.returncode == 0, done.stderr[-2000:]
     return prep
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bench.bench_train_before import epoch_rate
+from bench.bench_train_before import main as train_before_main
 
 # the epoch lines of the code of 179d689 and of this code, as 03 prints them
 BEFORE = (
@@ -32,10 +33,14 @@ def test_the_rate_is_read_from_either_codes_epoch_line():
     "flags",
     [["--configs", "demo,d512"], ["--rounds", "0"], ["--users", "10"], []],
 )
-def test_bad_flags_are_refused(tmp_path, flags):
-    command = [sys.executable, "-m", "bench.bench_train_before", "--before-code", str(tmp_path)]
+def test_bad_flags_are_refused(tmp_path, flags, monkeypatch, capsys):
+    """main() in this process: a refusal is argparse's exit 2 before any work."""
+    command = ["bench_train_before.py", "--before-code", str(tmp_path)]
     if flags:  # a checkout that looks like one, so that the flag itself is refused
         (tmp_path / "03_train.py").write_text("")
-    done = subprocess.run([*command, *flags], capture_output=True, text=True, check=False)
+    monkeypatch.setattr(sys, "argv", [*command, *flags])
+    with pytest.raises(SystemExit) as stop:
+        train_before_main()
+    done = subprocess.CompletedProcess(command, stop.value.code, "", capsys.readouterr().err)
     assert done.returncode == 2
     assert "--before-code" in done.stderr if not flags else flags[0] in done.stderr

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from bench.gpu_check import main as gpu_check_main
+
 STEPS = (
     "training, demo size (--quick), eager",
     "training, demo size (--quick), torch.compile",
@@ -22,6 +24,16 @@ STEPS = (
 def gpu_check(*flags: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "bench.gpu_check", *flags]
     return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def refused_in_process(monkeypatch, capsys, *flags: str) -> subprocess.CompletedProcess:
+    """gpu_check's main() with these flags in this process (a refusal is argparse's exit
+    2 before any work: no process of its own needed)."""
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", *flags])
+    with pytest.raises(SystemExit) as stop:
+        gpu_check_main()
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(flags, stop.value.code, captured.out, captured.err)
 
 
 @pytest.mark.slow
@@ -53,8 +65,8 @@ def test_the_quick_check_ends_in_one_table_of_every_step(tmp_path):
         (["--amp", "fp8"], "--amp"),
     ],
 )
-def test_bad_flags_are_refused(tmp_path, flags, named):
-    done = gpu_check(*flags, "--work-dir", str(tmp_path / "work"))
+def test_bad_flags_are_refused(tmp_path, flags, named, monkeypatch, capsys):
+    done = refused_in_process(monkeypatch, capsys, *flags, "--work-dir", str(tmp_path / "work"))
     assert done.returncode == 2
     assert named in done.stderr
     assert not (tmp_path / "work").exists()
