@@ -15,7 +15,7 @@ import torch
 from common.data.preprocess import PreprocessConfig, preprocess
 from common.inputs.demo import make_demo
 from common.workspace import Workspace
-from tests.helpers import run_numbered_script, tiny_demo_config
+from tests.helpers import TINY_DEMOS, run_numbered_script, tiny_demo_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,6 +28,15 @@ INPUT_FILES = ("train.csv", "questions.csv", "lectures.csv")
 # About 49,000 rows: several pyarrow blocks at a 64 KiB block size, a second to preprocess.
 # real-length histories (up to 10,000 events): the memory estimate scales this demo up
 DEMO_CONFIG = tiny_demo_config(users=150, seed=1, max_events=10_000)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tiny_demos(tmp_path_factory: pytest.TempPathFactory):
+    """make_tiny_demo's store for this session (see tests/helpers.py): each demo size is
+    built once per test process and copied to whoever asks."""
+    TINY_DEMOS["root"] = tmp_path_factory.mktemp("tiny_demos")
+    yield
+    TINY_DEMOS.pop("root")
 
 
 @pytest.fixture(scope="session")

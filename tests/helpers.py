@@ -84,11 +84,35 @@ def tiny_demo_config(
     return DemoConfig(n_users=users, n_questions=questions, seed=seed, max_events=max_events)
 
 
+# Where make_tiny_demo keeps the demos it built in this test process (conftest sets it to a
+# session temp dir): a demo through 01 and 02 costs seconds, a copy of one milliseconds,
+# and several test files ask for the same size
+TINY_DEMOS: dict[str, Path] = {}
+
+
 def make_tiny_demo(
     tmp: Path, users: int = 150, questions: int = 300, seed: int = 0, **options: int
 ) -> Path:
-    """A small demo dataset through 01 and 02 (user strategy); returns the output dir.
-    options: max_events (see tiny_demo_config)."""
+    """A small demo dataset through 01 and 02 (user strategy) in tmp/input and tmp/output;
+    returns the output dir. options: max_events (see tiny_demo_config). Built once per
+    process and size, then copied, the recorded paths (01's and 02's records) made tmp's."""
+    root = TINY_DEMOS.get("root")
+    if root is None:
+        return build_tiny_demo(tmp, users, questions, seed, **options)
+    named = "".join(f"-{key}{value}" for key, value in sorted(options.items()))
+    source = root / f"users{users}-questions{questions}-seed{seed}{named}"
+    if not source.exists():
+        build_tiny_demo(source, users, questions, seed, **options)
+    shutil.copytree(source, tmp, dirs_exist_ok=True)
+    for record in (tmp / "output").rglob("*.json"):
+        text = record.read_text()
+        if str(source) in text:
+            record.write_text(text.replace(str(source), str(tmp)))
+    return tmp / "output"
+
+
+def build_tiny_demo(tmp: Path, users: int, questions: int, seed: int, **options: int) -> Path:
+    """make_tiny_demo's build: the demo's CSVs (00), then 01 and 02, in this process."""
     input_dir = tmp / "input"
     make_demo(tiny_demo_config(users, questions, seed, **options), input_dir)
     output_dir = tmp / "output"
