@@ -1,6 +1,7 @@
 """Stage 5: score every fold's streamed predictions against three baselines (question
-rate, student + question, boosted features) and, on demo data, the true probabilities;
-score the model's blend with the boosted features, its weight chosen on the inner split;
+rate, student + question, and the trees 04 streamed) and, on demo data, the true
+probabilities; score the blend 04 streamed (04 fits the trees and chooses the weight on the
+inner split; 05 only reads them, and has none where 04 ran with --no-trees);
 and write the run's report.md (output/runs/NAME/report.md) with tables and figures (see
 common/report/evaluate.py).
 

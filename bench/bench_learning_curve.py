@@ -48,12 +48,12 @@ from bench.benchlib import (
 from bench.fold_run import FoldRun, train_and_stream
 from common.files import atomic_file
 from common.model.blending import BLEND
-from common.model.boosting import FEATURE_BASELINE
+from common.model.boosting import TREES
 from common.tables import markdown_table
 from common.workspace import Workspace
 
 VARIANTS = {"model": [], "model + past features (head)": ["--past-features", "head"]}
-SCORERS = ("model", FEATURE_BASELINE, BLEND)
+SCORERS = ("model", TREES, BLEND)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -125,7 +125,7 @@ def variant_scores(data: Workspace, name: str, flags: list[str]) -> dict[str, fl
     return {
         "best_epoch": FoldRun(out).best_checkpoint()["best_epoch"],
         "model": summary["auc"],
-        FEATURE_BASELINE: summary["baselines"][FEATURE_BASELINE],
+        TREES: summary["baselines"][TREES],
         BLEND: summary["blend_auc"],
         "oracle": summary["oracle_auc"],
     }
@@ -143,14 +143,14 @@ def demo_users(args: argparse.Namespace) -> list[int]:
 def plot(path: Path, table: pd.DataFrame) -> None:
     """AUC against training students (log scale), a line per variant and scorer."""
     figure, ax = plt.subplots(figsize=(6.5, 4.5))
-    styles = {"model": "-o", FEATURE_BASELINE: "--s", BLEND: ":^"}
+    styles = {"model": "-o", TREES: "--s", BLEND: ":^"}
     trees_drawn = False
     for variant, rows in table.groupby("variant", sort=False):
         for scorer in SCORERS:
-            if scorer == FEATURE_BASELINE and trees_drawn:
+            if scorer == TREES and trees_drawn:
                 continue  # the same trees whatever the model variant
             names = {"model": variant, BLEND: f"blend of {variant} and trees"}
-            label = names.get(scorer, "boosted features (trees)")
+            label = names.get(scorer, "trees")
             ax.plot(rows["students"], rows[scorer], styles[scorer], label=label)
         trees_drawn = True
     ax.set(xscale="log", xlabel="training students", ylabel="ROC AUC, held-out students")
@@ -165,7 +165,7 @@ def plot(path: Path, table: pd.DataFrame) -> None:
 
 
 def report_table(report: Report, table: pd.DataFrame) -> None:
-    header = ["training students", "variant", "epochs (best.pt's)", "model", "boosted features"]
+    header = ["training students", "variant", "epochs (best.pt's)", "model", "trees"]
     header += ["blend", "model − trees", "blend − best of both", "oracle"]
     body = []
     for row in table.itertuples(index=False):
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             scores = variant_scores(data, name, flags)
             record = {"students": size, "variant": name, "epochs": args.epochs[size]}
             records.append({**record, **scores})
-    table = pd.DataFrame(records).rename(columns={FEATURE_BASELINE: "trees", BLEND: "blend"})
+    table = pd.DataFrame(records).rename(columns={TREES: "trees", BLEND: "blend"})
     report = Report("learning_curve", args.results)
     report.header("Learning curve: model, trees and blend (bench/bench_learning_curve.py)")
     report(
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     report()
     report_table(report, table)
     figure = args.results.with_suffix(".png")
-    plot(figure, table.rename(columns={"trees": FEATURE_BASELINE, "blend": BLEND}))
+    plot(figure, table.rename(columns={"trees": TREES, "blend": BLEND}))
     report(f"\nfigure: {relative(figure)}")
     report.write()
     return 0

@@ -4,7 +4,7 @@ fold 0 of the quick start's demo and of assist2009_pid.
 
 Demo: the quick start's 2,000 students (00-02 as run_demo.sh), then per variant 03 (the
 quick start's recipe, best.pt chosen on the inner split), 04 streaming fold 0 and 05
-(04 fits the boosted features on the fold's training rows, chooses the blend's weight on
+(04 fits the trees on the fold's training rows, chooses the blend's weight on
 the inner split and streams the blend; 05 scores the model, the trees and the blend).
 assist2009_pid: fold 0 of every bench/kt/run.py model run with `--checkpoint best` found
 under --kt-dir, and its `baselines` run (none is run here).
@@ -38,7 +38,7 @@ from bench.benchlib import (
 )
 from bench.fold_run import FoldRun, train_and_stream
 from common.model.blending import BLEND
-from common.model.boosting import FEATURE_BASELINE
+from common.model.boosting import TREES
 from common.tables import markdown_table
 from common.workspace import Workspace
 
@@ -51,7 +51,7 @@ VARIANTS = {
 }
 KT_DATASET = "assist2009_pid-keep-akt5"
 HEADER = [
-    "data (fold 0)", "variant", "model AUC", "boosted features AUC", "blend AUC (weight)",
+    "data (fold 0)", "variant", "model AUC", "trees AUC", "blend AUC (weight)",
     "question rate AUC", "train s (epochs)", "stream rows/s",
 ]  # fmt: skip
 
@@ -80,7 +80,7 @@ def demo_row(name: str, out: Workspace) -> list[str]:
         "demo",
         name,
         f"{summary['auc']:.4f}",
-        f"{summary['baselines'][FEATURE_BASELINE]:.4f}",
+        f"{summary['baselines'][TREES]:.4f}",
         "—" if blend is None else f"{blend:.4f} ({weight:g})",
         f"{summary['baselines']['question rate']:.4f}",
         f"{history['train_seconds'].sum():,.0f} ({len(history)})",
@@ -96,7 +96,7 @@ def kt_rows(kt_dir: Path) -> list[list[str]]:
         result = json.loads(path.read_text())
         scores = result["scores"]
         if result["model"] == "baselines":
-            boosted = f"{scores[FEATURE_BASELINE]['auc']:.4f}"
+            boosted = f"{scores[TREES]['auc']:.4f}"
             rows.append(
                 ["assist2009_pid", "baselines only", "—", boosted, "—",
                  f"{scores['question rate']['auc']:.4f}", "—", "—"]
@@ -110,7 +110,7 @@ def kt_rows(kt_dir: Path) -> list[list[str]]:
                 "assist2009_pid",
                 result["model"],
                 f"{scores['model']['auc']:.4f}",
-                f"{scores[FEATURE_BASELINE]['auc']:.4f}" if FEATURE_BASELINE in scores else "—",
+                f"{scores[TREES]['auc']:.4f}" if TREES in scores else "—",
                 "—" if blend is None else f"{blend:.4f}",
                 f"{scores['question rate']['auc']:.4f}",
                 f"{result['train_seconds']:,.0f} ({result['epochs']})",
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     rows += kt_rows(args.kt_dir)
     report = Report("options", args.results)
     report.header(
-        "bench/bench_options.py: read-out, past-event features, boosted features, blend",
+        "bench/bench_options.py: read-out, past-event features, trees, blend",
         "torch",
         "sklearn",
     )

@@ -31,7 +31,7 @@ from common.data.past_features import CATEGORICAL, FEATURE_NAMES
 from common.data.past_state import FeatureSnapshot
 from common.data.question_rates import QuestionRates
 from common.model.blend_bundle import BlendBundle
-from common.model.boosting import FeatureBaselineConfig, to_trees
+from common.model.boosting import TreesConfig, to_trees
 from common.model.saint import SAINT, ModelConfig
 from common.stream.blend_state import BlendState
 from common.stream.kaggle_notebook import COMPETITION_STATE_GB, bundle_state
@@ -90,7 +90,7 @@ def synthetic_blend(rows: int = 20_000) -> BlendBundle:
     """Trees of 04's settings (all rounds, no early stopping: the largest they get) fitted
     on `rows` synthetic feature rows, with synthetic question rates and skills; weight 0.5."""
     rng = np.random.default_rng(2)
-    config = FeatureBaselineConfig()
+    config = TreesConfig()
     features = rng.random((rows, len(FEATURE_NAMES)))
     categorical = [name in CATEGORICAL for name in FEATURE_NAMES]
     features[:, categorical] = rng.integers(1, 8, (rows, sum(categorical)))

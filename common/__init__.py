@@ -1,7 +1,7 @@
 """The package every numbered script calls. One sub-package per stage, imports running
 only down (tests/test_imports.py):
 
-    report/   stage 5: evaluation, baselines, the boosted features and the blend, report
+    report/   stage 5: evaluation, baselines, the trees and the blend, report
     stream/   stage 4: online state, emulated API, the API loop, Kaggle export and notebook
     train/    stage 3: config, plan, trainer, what a training run writes
     runs/     run folders, the runs table, out-of-fold predictions, provenance

@@ -47,7 +47,7 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     streamed = pd.read_parquet(folder.stream_predictions)
     recomputed = roc_auc_score(streamed["answered_correctly"], streamed["prediction"])
     assert result["scores"]["model"]["auc"] == pytest.approx(recomputed, abs=1e-12)
-    baselines = ("question rate", "student + question", "boosted features")
+    baselines = ("question rate", "student + question", "trees")
     assert set(result["scores"]) == {"model", *baselines}
     # the baseline-only run scores the same rows as 05 did beside the model, in-process
     alone = work.glob("assist2009_pid-keep-akt5-slice40/baselines-*/results/fold0.json")
@@ -63,8 +63,8 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert "`python -m bench.kt.run --datasets assist2009_pid" in section
     assert "| assist2009_pid (akt5) | SAINT |" in section
     assert "| assist2009_pid (akt5) | baseline: question rate |" in section
-    boosted = alone["scores"]["boosted features"]["auc"]
-    assert f"| assist2009_pid (akt5) | baseline: boosted features | {boosted:.4f} |" in section
+    boosted = alone["scores"]["trees"]["auc"]
+    assert f"| assist2009_pid (akt5) | baseline: trees | {boosted:.4f} |" in section
     # the table's AUCs (one fold: no ± part) are the fold's, as recomputed above
     auc, rate = (result["scores"][s]["auc"] for s in ("model", "question rate"))
     assert f"| assist2009_pid (akt5) | SAINT | {auc:.4f} |" in section

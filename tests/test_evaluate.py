@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.ensemble import HistGradientBoostingClassifier
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -21,7 +23,9 @@ from common.data.dataset import Dataset
 from common.data.features import build_sequences
 from common.data.fold_data import Fold, FoldMismatchError, fold_fingerprint, load_fold_data
 from common.data.folds import FoldConfig, make_folds
+from common.data.past_features import past_features
 from common.data.question_rates import question_rates, training_entries
+from common.files import json_values
 from common.metrics import (
     bootstrap_auc_interval,
     f1_optimal_threshold,
@@ -29,13 +33,13 @@ from common.metrics import (
     threshold_metrics,
 )
 from common.model import blending as blend
-from common.model.boosting import FeatureBaselineConfig
+from common.model.boosting import TreesConfig
 from common.report.baselines import revealed_history, student_question_blend
 from common.report.evaluate import EvaluateConfig, evaluate, slice_table
 from common.report.scored_rows import container_sizes, selection_note
 from common.runs.artefacts import inner_predictions
 from common.stream.emulator import Emulator
-from common.workspace import FoldsFolder, Workspace
+from common.workspace import FoldsFolder, ModelFolder, Workspace
 from tests.helpers import RUN, fold0_folder, run_of
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -254,7 +258,8 @@ def test_running_mean_ignores_own_container_and_later_rows():
 
 def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int, seed: int):
     """Stream the fold through the emulator with a noisy copy of the true probability,
-    and write what 04_infer.py writes for 05 (predictions and a history)."""
+    and write what 04_infer.py writes for 05 (predictions and a history, with 04's trees
+    and blend, `stream_with_trees`)."""
     workspace = Workspace(output_dir)
     arrays = TrainArrays.load(workspace.data)
     fold = Fold.load(workspace, fold_index)
@@ -271,13 +276,11 @@ def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int,
     results["new_student"] = fold.user_cut[student] == 0
     folder = workspace.run(RUN).fold(fold_index)
     folder.path.mkdir(parents=True, exist_ok=True)
-    results.to_parquet(folder.stream_predictions, index=False)
     summary = {
         "fold_fingerprint": fold_fingerprint(workspace, fold_index),
         "checkpoint": "-",
         "checkpoint_epoch": 3,
     }
-    folder.stream_summary.write_text(json.dumps(summary))
     # what 03 writes beside best.pt: the inner split's predictions (a noisier copy)
     data = load_fold_data(workspace, fold_index, inner_share=0.1, seed=0)
     inner_rows = data.sequences.row[data.inner_tails.flat_index(data.sequences)]
@@ -285,6 +288,9 @@ def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int,
     noisy = np.clip(p + rng.normal(0, 0.3, len(p)), 0.01, 0.99)
     inner = pd.DataFrame({"global_row": inner_rows, "prediction": noisy, "epoch": 3})
     inner.to_parquet(folder.inner_predictions, index=False)
+    results, summary = stream_with_trees(workspace, folder, fold, results, summary)
+    results.to_parquet(folder.stream_predictions, index=False)
+    folder.stream_summary.write_text(json.dumps(summary))
     history = pd.DataFrame(
         {
             "epoch": [1, 2, 3],
@@ -296,6 +302,29 @@ def write_stream_predictions(output_dir: Path, input_dir: Path, fold_index: int,
         }
     )
     history.to_csv(folder.history, index=False)
+
+
+def stream_with_trees(
+    workspace: Workspace, folder, fold: Fold, results: pd.DataFrame, summary: dict
+) -> tuple[pd.DataFrame, dict]:
+    """What 04 adds to a fold's stream with its trees (common.model.blending's
+    fold_blend_bundle, as 04 calls it): the bundle beside the checkpoint, the model's and
+    the trees' own columns, the blend submitted, and the blend record in the summary."""
+    data = Dataset.load(workspace)
+    epoch = summary["checkpoint_epoch"]
+    bundle = blend.fold_blend_bundle(inner_predictions(folder), fold, data, epoch, TreesConfig())
+    bundle.save(folder)
+    entries = np.searchsorted(data.sequences.row, results["global_row"].to_numpy())
+    features = past_features(data.sequences, entries, bundle.skill, bundle.rates)
+    model, trees = results["prediction"].to_numpy(), bundle.trees.probability(features)
+    results["model_prediction"], results["trees_prediction"] = model, trees
+    results["prediction"] = bundle.blend(model, trees)
+    summary |= {
+        "submitted": "blend",
+        "blend": bundle.record | {"weight": bundle.weight},
+        "trees_config": json_values(asdict(TreesConfig())),
+    }
+    return results, summary
 
 
 @pytest.fixture(scope="module")
@@ -352,16 +381,16 @@ def test_report_has_tables_and_headline(tiny_report):
     importance = summary["tree_importance"]  # (summary.json's keys are sorted by name)
     top = max(importance, key=lambda name: importance[name][0])
     assert len(importance) > 10 and importance[top][0] > 0
-    assert f"The boosted features lean most on {top} ({importance[top][0]:.4f})" in report
+    assert f"The trees lean most on {top} ({importance[top][0]:.4f})" in report
 
     metrics = pd.read_csv(run.report.table("metrics", "csv"))
     assert set(metrics["fold"].astype(str)) == {"0", "1", "pooled"}
     assert set(metrics["scorer"]) == {
         "model",
-        "blend: model + boosted features",
+        "blend: model + trees",
         "question rate",
         "student + question",
-        "boosted features",
+        "trees",
         "oracle",
     }
     pooled = metrics[(metrics["fold"].astype(str) == "pooled")].set_index("scorer")
@@ -371,13 +400,11 @@ def test_report_has_tables_and_headline(tiny_report):
     assert per_fold[-1] == per_fold[:-1].sum()  # pooled = folds together
     # the oracle scores the true probability: the baselines must not beat it
     assert pooled.loc["oracle", "auc"] > pooled.loc["question rate", "auc"]
-    # the boosted features learn the students: above both simple baselines
-    assert pooled.loc["boosted features", "auc"] > pooled.loc["student + question", "auc"]
+    # the trees learn the students: above both simple baselines
+    assert pooled.loc["trees", "auc"] > pooled.loc["student + question", "auc"]
     summary = json.loads(run.report.summary.read_text())
     assert set(summary["blend"]) == {"0", "1"}
-    assert summary["blend_auc"] == pytest.approx(
-        pooled.loc["blend: model + boosted features", "auc"]
-    )
+    assert summary["blend_auc"] == pytest.approx(pooled.loc["blend: model + trees", "auc"])
 
     slices = pd.read_csv(run.report.table("slices", "csv"), keep_default_na=False)
     # new and continuing rows counted from the folds themselves (cut 0: new)
@@ -419,7 +446,7 @@ def test_labels_in_predictions_are_checked(tiny_run: Path, tmp_path: Path):
     predictions = pd.read_parquet(path)
     predictions.loc[0, "answered_correctly"] = 1 - predictions.loc[0, "answered_correctly"]
     predictions.to_parquet(path, index=False)
-    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False, feature_baseline=False)
+    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False)
     with pytest.raises(ValueError, match="answered_correctly"):
         evaluate(run_of(output_dir), tmp_path / "no_input", config)
 
@@ -435,7 +462,7 @@ def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
     them) belong to the old folds, whose training rows the new folds validate on."""
     output_dir = tmp_path / "output"
     shutil.copytree(tiny_run, output_dir, ignore=shutil.ignore_patterns("report*"))
-    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False, feature_baseline=False)
+    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False)
     evaluate(run_of(output_dir), tmp_path / "no_input", config)  # the folds it was made with
     old = fold_fingerprint(Workspace(output_dir), 0)["sha256"]
     kept = tmp_path / "kept_folds"
@@ -449,6 +476,63 @@ def test_predictions_of_other_folds_are_refused(tiny_run: Path, tmp_path: Path):
     shutil.copyfile(FoldsFolder(kept).manifest, manifest)
     with pytest.raises(FoldMismatchError, match=f"fingerprint {old}"):
         evaluate(run_of(output_dir), tmp_path / "no_input", config)
+
+
+@pytest.mark.slow  # the tiny_run fixture streams two folds
+def test_05_reads_the_trees_and_the_blend_04_streamed_and_fits_none(
+    tiny_run, tmp_path, monkeypatch
+):
+    """One owner: 04 fits the trees and chooses the blend's weight; 05 reports the trees'
+    and the blend's columns 04 streamed and the weight its summary records, and fits no
+    tree nor chooses a weight of its own."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("05 fitted trees or chose a blend weight: 04 owns them")
+
+    monkeypatch.setattr(HistGradientBoostingClassifier, "fit", refuse)
+    monkeypatch.setattr(blend, "fit_trees", refuse)
+    monkeypatch.setattr(blend, "choose_weight", refuse)
+    output_dir = tmp_path / "output"
+    shutil.copytree(tiny_run, output_dir)  # the module's report stays tiny_report's
+    run = run_of(output_dir)
+    config = EvaluateConfig(bootstrap=0, progress=False)
+    head = evaluate(run, tmp_path / "no_input", config)
+    for k in (0, 1):
+        streamed = pd.read_parquet(run.fold(k).stream_predictions)
+        summary = json.loads(run.fold(k).stream_summary.read_text())
+        assert head.blend[k]["weight"] == summary["blend"]["weight"]
+        auc = score_metrics(streamed["answered_correctly"], streamed["trees_prediction"])["auc"]
+        metrics = pd.read_csv(run.report.table("metrics", "csv"))
+        rows = metrics[metrics["fold"].astype(str) == str(k)].set_index("scorer")
+        assert rows.loc["trees", "auc"] == pytest.approx(auc)
+        blend_auc = score_metrics(streamed["answered_correctly"], streamed["prediction"])["auc"]
+        assert rows.loc["blend: model + trees", "auc"] == pytest.approx(blend_auc)
+    assert head.submitted == "blend: model + trees" and not head.no_blend
+
+
+@pytest.mark.slow  # the tiny_run fixture streams two folds
+def test_a_stream_without_trees_has_no_trees_or_blend_in_the_report(tiny_run, tmp_path):
+    """Where 04 ran with --no-trees, 05's report has no trees or blend rows, and says why."""
+    output_dir = tmp_path / "output"
+    shutil.copytree(tiny_run, output_dir)
+    run = run_of(output_dir)
+    folder = run.fold(0)
+    streamed = pd.read_parquet(folder.stream_predictions)
+    streamed["prediction"] = streamed.pop("model_prediction")
+    streamed.drop(columns=["trees_prediction"]).to_parquet(folder.stream_predictions)
+    summary = json.loads(folder.stream_summary.read_text())
+    summary |= {"submitted": "model", "blend": None, "trees_config": None}
+    folder.stream_summary.write_text(json.dumps(summary))
+    for name in ModelFolder.BLEND_FILES:
+        folder.file(name).unlink()
+    config = EvaluateConfig(folds=[0], bootstrap=0, progress=False)
+    head = evaluate(run, tmp_path / "no_input", config)
+    metrics = pd.read_csv(run.report.table("metrics", "csv"))
+    assert set(metrics["scorer"]) == {"model", "question rate", "student + question"}
+    assert head.blend_auc is None and "trees" not in head.baselines
+    report = run.report_file.read_text()
+    assert "No blend for fold 0: 04 streamed it without trees (04_infer.py --no-trees)" in report
+    assert "Trees and blend: none (04_infer.py streamed the folds with --no-trees)" in report
 
 
 def test_selection_note_says_what_chose_each_checkpoint():
@@ -489,15 +573,15 @@ def test_blend_is_chosen_on_the_inner_split_only(tiny_run, monkeypatch):
     fold = Fold.load(run.workspace, 0)
     cut_row = data.arrays.offsets[:-1] + fold.user_cut
     fitted_on = []
-    real_fit = blend.fit_feature_baseline
+    real_fit = blend.fit_trees
 
     def spy(sequences, train, *args, **kwargs):
         fitted_on.append(train.copy())
         return real_fit(sequences, train, *args, **kwargs)
 
-    monkeypatch.setattr(blend, "fit_feature_baseline", spy)
+    monkeypatch.setattr(blend, "fit_trees", spy)
     choose = lambda epoch: blend.choose_fold_blend(  # noqa: E731
-        inner_predictions(run.fold(0)), fold, data, epoch, FeatureBaselineConfig()
+        inner_predictions(run.fold(0)), fold, data, epoch, TreesConfig()
     )
     choice, reason = choose(3)
     assert reason == "" and choice.inner_rows > 100

@@ -66,7 +66,7 @@ def cases() -> list:
 
 def test_every_numeric_flag_declares_a_range():
     total = sum(len(numeric_flags(script)) for script in SCRIPTS)
-    assert total > 60
+    assert total > 50  # the trees' boost flags are 04's alone
 
 
 @pytest.mark.parametrize(("script", "flag", "value"), cases())

@@ -25,7 +25,7 @@ from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import BLEND
-from common.model.boosting import FEATURE_BASELINE, FeatureBaselineConfig, fit_feature_baseline
+from common.model.boosting import TREES, TreesConfig, fit_trees
 from common.model.checkpoint import save_model
 from common.model.saint import ModelConfig
 from common.model.trees import logit_blend
@@ -173,9 +173,7 @@ def fit_blend(output_dir: Path, folder: ModelFolder, weight: float) -> BlendBund
     data = Dataset.load(Workspace(output_dir))
     skill = question_skills(data.questions, data.n_questions)
     every = np.ones(len(data.sequences.row), dtype=bool)
-    fitted = fit_feature_baseline(
-        data.sequences, every, skill, data.n_questions, 20.0, FeatureBaselineConfig()
-    )
+    fitted = fit_trees(data.sequences, every, skill, data.n_questions, 20.0, TreesConfig())
     bundle = BlendBundle(fitted.trees, fitted.rates, skill, weight, {"chosen_on": "a test"})
     bundle.save(folder)
     return bundle
@@ -428,7 +426,7 @@ def test_the_cell_submits_05s_blend_on_a_folds_stream(fold_export, tmp_path):
     # the weight 04 chose on the inner split, the model's probabilities and the trees'
     blend_file = Bundle(fold_export["dataset"]).model("fold0").blend
     weight = json.loads(blend_file.read_text())["weight"]
-    expected = logit_blend(rows[MODEL].to_numpy(), rows[FEATURE_BASELINE].to_numpy(), weight)
+    expected = logit_blend(rows[MODEL].to_numpy(), rows[TREES].to_numpy(), weight)
     np.testing.assert_allclose(submitted[rows.index].to_numpy(), expected, atol=1e-6)
 
 

@@ -44,7 +44,7 @@ def test_a_trained_model_streams_above_the_question_rate(tmp_path: Path) -> None
     head = evaluate(
         run_of(output),
         tmp_path / "no_truth",
-        EvaluateConfig(bootstrap=0, progress=False, feature_baseline=False),
+        EvaluateConfig(bootstrap=0, progress=False),
     )
     assert head.auc == pytest.approx(streamed["model_auc"])  # 05's model row: the model alone
     baseline = head.baselines["question rate"]

@@ -1,4 +1,4 @@
-"""The feature baseline's features: the batch computation equals the online one fed as
+"""The trees' features: the batch computation equals the online one fed as
 the API feeds it, and no feature reads an outcome the API has not revealed yet."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from common.data.folds import FoldConfig, make_folds
 from common.data.past_features import FEATURE_NAMES, past_features, question_skills
 from common.data.past_state import FeatureSnapshot, PastFeatureState, build_feature_snapshot
 from common.data.question_rates import question_rates, training_entries
-from common.model.boosting import FeatureBaselineConfig, training_matrix
+from common.model.boosting import TreesConfig, training_matrix
 from common.stream.emulator import Emulator, EmulatorConfig, stream_frame
 from common.workspace import Workspace
 from tests.helpers import preprocess_real_rows
@@ -123,7 +123,7 @@ def test_a_training_row_never_reads_its_own_answer_in_its_question_rate(real_row
     row's answer leaves its own rate feature as it was, and moves the same question's
     rate in the other student groups' rows."""
     _, _, sequences, skill, _ = real_rows
-    config = FeatureBaselineConfig()
+    config = TreesConfig()
     train = np.ones(len(sequences.row), dtype=bool)
     n_questions = int(sequences.question.max()) + 1
     column = FEATURE_NAMES.index("question_rate")

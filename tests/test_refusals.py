@@ -128,7 +128,9 @@ def test_help_texts_say_what_the_flags_do():
     options = evaluate[evaluate.index("options:") :]
     folds = options[options.index("--folds FOLDS") : options.index("--bootstrap BOOTSTRAP")]
     assert folds.count("default") == 1 and "default: every fold{k}/ of the run" in folds
-    assert "--feature-baseline, --no-feature-baseline fit the boosted trees over" in evaluate
+    assert "--trees, --no-trees" not in evaluate  # 05 reads the trees 04 streamed, fits none
+    infer = help_of("04_infer.py")
+    assert "--trees, --no-trees fit the trees (boosted trees over past-event features)" in infer
     demo_help = help_of("00_make_demo_input.py")
     assert (
         "where train.csv, questions.csv, lectures.csv and demo_truth.csv are written" in demo_help
@@ -158,7 +160,7 @@ def test_an_export_without_an_owner_says_so(streamed, tmp_path, monkeypatch):
     out = tmp_path / "out"
     shutil.copytree(streamed, out)
     flags = ("--output-dir", out, "--fold", 0, "--no-progress", "--kaggle-dir", tmp_path / "k")
-    done = run_numbered_script("04_infer.py", *flags, "--no-feature-baseline")
+    done = run_numbered_script("04_infer.py", *flags, "--no-trees")
     assert done.returncode == 0, done.stderr
     assert "no Kaggle user name was found" in done.stdout
     metadata = json.loads(Bundle(KaggleFolder(tmp_path / "k").dataset).metadata.read_text())

@@ -390,7 +390,7 @@ def run_evaluate(work: Path, demo: Path, streamed: Path) -> Path:
     evaluate(
         run_of(work),
         demo.parent / "input",
-        EvaluateConfig(bootstrap=0, progress=False, feature_baseline=False),
+        EvaluateConfig(bootstrap=0, progress=False),
     )
     return work
 
@@ -477,7 +477,7 @@ def test_a_stopped_report_leaves_the_previous_report_whole(demo, streamed, tmp_p
         calls.append(1)
         return len(calls) == 2
 
-    other = EvaluateConfig(bootstrap=20, progress=False, feature_baseline=False)
+    other = EvaluateConfig(bootstrap=20, progress=False)
     with interrupt(matplotlib.figure.Figure, "savefig", second), pytest.raises(Interrupted):
         evaluate(run_of(work), demo.parent / "input", other)  # other tables than the first's
     after = tree_bytes(run_of(work).path)

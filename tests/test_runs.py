@@ -301,7 +301,7 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
     # add none), 3 streams (folds 0 and 1, fold 1 again), then a report; 05 --runs
     # prints run a's report first
     run("05_evaluate.py", "--output-dir", out, "--run", runs[0], "--bootstrap", 0,
-        "--no-feature-baseline", "--no-progress")  # fmt: skip
+        "--no-progress")  # fmt: skip
     table = read_runs(workspace)
     counts = table.groupby(["run", "stage"]).size().to_dict()
     b = next(name for name in table["run"] if name != runs[0])
@@ -316,7 +316,7 @@ def test_a_second_experiment_leaves_the_first_intact(demo):
     report = table[table["stage"] == "evaluate"].iloc[0]
     summary = json.loads(a.report.summary.read_text())
     # what the run submits (04 streamed the blend), its fold spread, and the model alone
-    assert summary["submitted"] == "blend: model + boosted features"
+    assert summary["submitted"] == "blend: model + trees"
     assert report["stream_auc"] == pytest.approx(summary["blend_auc"], abs=1e-6)
     assert report["model_auc"] == pytest.approx(summary["auc"], abs=1e-6)
     fold_aucs = [json.loads(a.fold(k).stream_summary.read_text())["auc"] for k in (0, 1)]

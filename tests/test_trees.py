@@ -20,9 +20,9 @@ from common.data.dataset import Dataset
 from common.data.features import build_sequences
 from common.data.past_features import FEATURE_NAMES, past_features, question_skills
 from common.model.boosting import (
-    FeatureBaselineConfig,
-    fit_feature_baseline,
-    score_feature_baseline,
+    TreesConfig,
+    fit_trees,
+    score_trees,
     to_trees,
 )
 from common.model.trees import Trees
@@ -49,9 +49,7 @@ def fitted_on_real_rows(tmp_path_factory):
     skill = question_skills(data.questions, data.n_questions)
     train = np.zeros(len(sequences.row), dtype=bool)
     train[: 2 * len(train) // 3] = True
-    fitted = fit_feature_baseline(
-        sequences, train, skill, data.n_questions, 20.0, FeatureBaselineConfig()
-    )
+    fitted = fit_trees(sequences, train, skill, data.n_questions, 20.0, TreesConfig())
     return fitted, sequences, np.flatnonzero(~train), skill
 
 
@@ -92,7 +90,7 @@ def test_trees_predict_as_scikit_learn_on_real_rows(fitted_on_real_rows):
     expected = model.predict_proba(rows[:, columns])[:, 1]
     np.testing.assert_allclose(trees.probability(rows), expected, rtol=0, atol=1e-12)
     # the project's scoring path is the predictor
-    scored = score_feature_baseline(fitted, sequences, entries, skill)
+    scored = score_trees(fitted, sequences, entries, skill)
     np.testing.assert_allclose(scored, expected[: len(entries)], rtol=0, atol=1e-12)
 
 

@@ -54,7 +54,7 @@ MODEL_FLAGS = {
         "--past-features", "head",
     ),
 }  # fmt: skip
-# the baselines alone (05's three, the boosted features included) on each fold's stream
+# the baselines alone (05's three, the trees included) on each fold's stream
 # rows, without a model: cheap rows for the table
 BASELINES_ONLY = "baselines"
 MODELS = (*MODEL_FLAGS, BASELINES_ONLY)

@@ -19,12 +19,12 @@ import pandas as pd
 from bench.benchlib import bench_run, relative, shown
 from bench.kt.plans import BASELINES_ONLY, Context, DatasetPlan
 from common.model.blending import BLEND
-from common.model.boosting import FEATURE_BASELINE
+from common.model.boosting import TREES
 from common.report.baselines import BASELINE_NAMES
 from common.tables import markdown_table
 from common.workspace import Workspace
 
-BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)
+BASELINES = (*BASELINE_NAMES, TREES)
 SCORERS = (BLEND, *BASELINES)  # beside the model, each where 05 scored it
 
 
@@ -35,7 +35,7 @@ def finished_results(model_dir: Path) -> list[dict]:
 
 def fold_metrics(workspace: Workspace, k: int) -> dict:
     """AUC and accuracy at 0.5 of the model, the blend and the baselines on fold k (05's
-    metrics.csv in the model's workspace; the blend and the boosted features where 05
+    metrics.csv in the model's workspace; the blend and the trees where 05
     scored them)."""
     metrics = bench_run(workspace).report.table("metrics", "csv")
     table = pd.read_csv(metrics, dtype={"fold": str})
@@ -181,11 +181,11 @@ def protocol_notes(ctx: Context, plans: list[DatasetPlan]) -> str:
         "pairs in the decoder the same form (`--decoder-features question`). "
         "assist2015's questions are its skills, so tags add nothing there.",
         "- Baselines are 05_evaluate.py's: each question's correct rate on the fold's training "
-        "rows, that combined with the student's running correct rate, and boosted features "
+        "rows, that combined with the student's running correct rate, and trees "
         "(scikit-learn's histogram gradient boosting over common/data/past_features.py's "
         "past-event features, fitted on the fold's training rows). Their rows come from the "
         "`baselines` runs (no model) where they exist. A model's blend row: its logit blend "
-        "with the boosted features, the weight chosen on the fold's inner split "
+        "with the trees, the weight chosen on the fold's inner split "
         "(03 --select-on inner).",
     ]
     if ctx.args.slice_students:

@@ -69,9 +69,12 @@ from bench.kt.plans import (
 from common.cli import config_from_args
 from common.data.dataset import Dataset
 from common.data.fold_data import Fold
+from common.data.past_features import past_features
 from common.files import environment, file_lock, write_json, write_text
 from common.inputs.kt_datasets import MULTI_SKILL_MODES, PRESETS
 from common.metrics import score_metrics
+from common.model.blending import InnerPredictions, fold_blend_bundle
+from common.model.boosting import TREES, TreesConfig
 from common.report.evaluate import EvaluateConfig
 from common.report.scored_rows import baseline_columns, streamed_entries
 from common.train.config import TrainConfig, add_train_flags
@@ -186,8 +189,12 @@ def run_baselines(ctx: Context, plan: DatasetPlan, workspace: Workspace, k: int)
     data = Dataset.of(workspace)
     fold = Fold.of(workspace, k)
     entries = streamed_entries(data, fold)
-    config = EvaluateConfig()
-    columns = baseline_columns(data, fold, entries, config.baselines, config.features)
+    config, trees = EvaluateConfig(), TreesConfig()
+    columns = baseline_columns(data, fold, entries, config.baselines)
+    # the trees as 04 fits them on the fold's training rows (no inner split: no weight)
+    bundle = fold_blend_bundle(InnerPredictions("no model", None), fold, data, None, trees)
+    features = past_features(data.sequences, entries, bundle.skill, bundle.rates)
+    columns[TREES] = bundle.trees.probability(features)
     labels = data.sequences.response[entries]
     scores = {}
     for name, values in columns.items():
@@ -204,7 +211,7 @@ def run_baselines(ctx: Context, plan: DatasetPlan, workspace: Workspace, k: int)
         "fold": k,
         "scores": scores,
         "seconds": time.perf_counter() - clock,
-        "feature_baseline": asdict(config.features),
+        "trees_config": asdict(trees),
         "multi_skill_rows": ctx.args.multi_skill_rows,
         "slice_students": ctx.args.slice_students,
         "commands": [],

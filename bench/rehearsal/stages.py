@@ -402,13 +402,13 @@ def run_batches(places: Places, seconds: float, workers: list[int], batch: int, 
 def run_stream(places: Places, max_rows: int | None, threads: int, say) -> dict:
     """04_infer.py on the bounded Kaggle-like stream (the fold's state: every student's
     training questions), writing the Kaggle bundle (every student's snapshot). The model
-    alone (--no-feature-baseline): 04's trees would be fitted on the batch features of
+    alone (--no-trees): 04's trees would be fitted on the batch features of
     every training question (99M at Riiid's size); the `trees` stage fits them on a
     sample and exports the bundle again with them."""
     shape = prepare_stream(Workspace(places.prep), places.stream, max_rows)
     flags = ["--output-dir", places.stream, "--fold", 0, "--no-progress"]
     flags += ["--group-rows", GROUP_ROWS, "--kaggle-dir", places.bundle]
-    flags += ["--no-feature-baseline"]
+    flags += ["--no-trees"]
     command = script("04_infer.py", *flags)
     m = measure(command, places.log("stream"), env=threads_env(threads), say=say)
     summary = json.loads(bench_fold(Workspace(places.stream)).stream_summary.read_text())

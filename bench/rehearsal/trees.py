@@ -1,12 +1,12 @@
 """The rehearsal's Kaggle bundle with trees (bench/rehearsal/stages.py's `trees` stage): the
 boosted trees over past-event features fitted as 04 fits them (common.model.boosting:
-fit_feature_baseline, 04's default settings) on the fold's training rows of a sample of
+fit_trees, 04's default settings) on the fold's training rows of a sample of
 students, saved beside the stream's checkpoint with a fixed blend weight (the rehearsal
 has no inner split to choose one on; speed does not depend on it), then 04's export
 (common.stream.kaggle_export), which ships them with every student's whole history
 (state/features.npz).
 
-Why a sample of students: fit_feature_baseline samples its rows (boost_max_rows), but
+Why a sample of students: fit_trees samples its rows (boost_max_rows), but
 its batch features (common.data.past_features) cover every question of the sequences it
 is handed, 99M at Riiid's size."""
 
@@ -26,7 +26,7 @@ from common.data.fold_data import Fold
 from common.data.past_features import question_skills
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import fold_training
-from common.model.boosting import FeatureBaselineConfig, fit_feature_baseline
+from common.model.boosting import TreesConfig, fit_trees
 from common.stream.kaggle_export import KaggleConfig, export_kaggle
 from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 
@@ -45,7 +45,7 @@ def student_subset(sequences: QuestionSequences, students: np.ndarray):
     return QuestionSequences(offsets=offsets, **per_entry), index
 
 
-def fit_trees(data: Workspace, students: int, weight: float, seed: int = 0) -> dict:
+def fit_sample_trees(data: Workspace, students: int, weight: float, seed: int = 0) -> dict:
     """The fold's trees fitted on the training rows of `students` students drawn at random
     (0: every student), saved beside the checkpoint of fold 0 of the workspace's benchmark
     run with `weight`."""
@@ -59,10 +59,10 @@ def fit_trees(data: Workspace, students: int, weight: float, seed: int = 0) -> d
         train = train[index]
     loaded = time.perf_counter()
     loaded_gb = peak_gb()
-    config = FeatureBaselineConfig()
+    config = TreesConfig()
     skill = question_skills(dataset.questions, dataset.n_questions)
     tracemalloc.start()  # numpy's arrays are traced: the fit's own peak, beside the data's
-    fitted = fit_feature_baseline(
+    fitted = fit_trees(
         sequences, train, skill, dataset.n_questions, config.boost_question_prior, config,
         config.boost_seed,
     )  # fmt: skip
@@ -94,7 +94,7 @@ def stage_trees(args: argparse.Namespace) -> dict:
     """Fit and save the trees, then export the Kaggle bundle with them: the model of
     fold 0 (the stream's) of the benchmark run of --data-dir, to --bundle-dir."""
     data = Workspace(args.data_dir)
-    figures = fit_trees(data, args.tree_students, args.weight)
+    figures = fit_sample_trees(data, args.tree_students, args.weight)
     begin = time.perf_counter()
     kaggle = KaggleFolder(args.bundle_dir)
     dataset_dir, _ = export_kaggle(

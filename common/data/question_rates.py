@@ -1,6 +1,6 @@
 """Each question's correct rate on a fold's training rows, smoothed toward the global rate:
 (correct + m * global) / (count + m). The question-rate baseline (common.report.baselines),
-the boosted features' `question_rate` and `question_count` (common.data.past_features) and
+the trees' `question_rate` and `question_count` (common.data.past_features) and
 the blend's training rows read it.
 """
 

@@ -27,10 +27,10 @@ from common.data.past_features import FEATURE_NAMES, past_features, question_ski
 from common.data.question_rates import training_entries
 from common.metrics import auc_or_nan
 from common.model.blend_bundle import BlendBundle
-from common.model.boosting import FeatureBaselineConfig, FittedBaseline, fit_feature_baseline
+from common.model.boosting import FittedTrees, TreesConfig, fit_trees
 from common.model.trees import logit_blend
 
-BLEND = "blend: model + boosted features"
+BLEND = "blend: model + trees"
 WEIGHTS = np.round(np.linspace(0.0, 1.0, 21), 2)  # the model's weight
 
 
@@ -103,7 +103,7 @@ def choose_fold_blend(
     fold: Fold,
     data: Dataset,
     checkpoint_epoch: int | None,
-    config: FeatureBaselineConfig,
+    config: TreesConfig,
 ) -> tuple[BlendChoice | None, str]:
     """(choice, "") or (None, why there is no blend for this fold). The trees are
     fitted again without the inner rows and score them beside best.pt's predictions."""
@@ -113,7 +113,7 @@ def choose_fold_blend(
     fit = fold_training(data, fold)
     fit[entries] = False
     skill = question_skills(data.questions, data.n_questions)
-    fitted = fit_feature_baseline(
+    fitted = fit_trees(
         data.sequences, fit, skill, data.n_questions, config.boost_question_prior, config,
         config.boost_seed,
     )  # fmt: skip
@@ -137,7 +137,7 @@ IMPORTANCE_REPEATS = 5  # shuffles per feature
 
 
 def tree_importance(
-    fitted: FittedBaseline, features: np.ndarray, labels: np.ndarray, seed: int
+    fitted: FittedTrees, features: np.ndarray, labels: np.ndarray, seed: int
 ) -> dict[str, list[float]]:
     """Each fitted feature's permutation importance on these rows (scikit-learn's
     permutation_importance, AUC): {name: [mean AUC lost, its std over the shuffles]},
@@ -160,13 +160,13 @@ def tree_importance(
 
 def fold_blend_bundle(
     inner: InnerPredictions, fold: Fold, data: Dataset, checkpoint_epoch: int | None,
-    config: FeatureBaselineConfig,
+    config: TreesConfig,
 ) -> BlendBundle:  # fmt: skip
     """What 04 streams with fold `fold`'s checkpoint: the trees fitted on every training
     row of the fold and the weight chosen on its inner split (none without one: then the
     model alone is submitted)."""
     skill = question_skills(data.questions, data.n_questions)
-    fitted = fit_feature_baseline(
+    fitted = fit_trees(
         data.sequences, fold_training(data, fold), skill, data.n_questions,
         config.boost_question_prior, config, config.boost_seed,
     )  # fmt: skip
@@ -182,7 +182,7 @@ def fold_blend_bundle(
 
 
 def full_blend_bundle(
-    fold_weights: dict[int, float | None], data: Dataset, config: FeatureBaselineConfig
+    fold_weights: dict[int, float | None], data: Dataset, config: TreesConfig
 ) -> BlendBundle:
     """What 04 --full ships with the full-data model: trees fitted on every question row,
     and the median of the weights the run's folds chose on their inner splits
@@ -190,7 +190,7 @@ def full_blend_bundle(
     any)."""
     skill = question_skills(data.questions, data.n_questions)
     every = np.ones(len(data.sequences.row), dtype=bool)
-    fitted = fit_feature_baseline(
+    fitted = fit_trees(
         data.sequences, every, skill, data.n_questions, config.boost_question_prior, config,
         config.boost_seed,
     )  # fmt: skip

@@ -1,6 +1,7 @@
-"""The feature baseline: scikit-learn's histogram gradient boosting over the past-event
-features of common/data/past_features.py, what a Kaggler builds in an afternoon. 05 fits it
-on a fold's training rows and scores the rows the model streamed, as a third baseline.
+"""The trees: scikit-learn's histogram gradient boosting over the past-event features of
+common/data/past_features.py, what a Kaggler builds in an afternoon. 04 fits them on a
+fold's training rows (common.model.blending.fold_blend_bundle), streams them beside the
+model and blends the two; 05 reports what 04 streamed, a third baseline.
 
 A training row's question rate must not count the row's own answer (the trees would
 learn to trust it too much): training rows get out-of-fold rates, from the training rows
@@ -21,13 +22,13 @@ from common.data.question_rates import question_rates
 from common.model.trees import BITSET_WORDS, Trees
 from common.options import above, at_least, option
 
-FEATURE_BASELINE = "boosted features"
+TREES = "trees"  # the scorer label of the boosted trees over past-event features
 RATE_COLUMN = FEATURE_NAMES.index("question_rate")
 COUNT_COLUMN = FEATURE_NAMES.index("question_count")
 
 
 @dataclass
-class FeatureBaselineConfig:
+class TreesConfig:
     boost_max_rows: int = option(
         1_000_000,
         "training rows the boosted-features baseline fits on at most (a sample)",
@@ -57,7 +58,7 @@ class FeatureBaselineConfig:
 
 
 @dataclass
-class FittedBaseline:
+class FittedTrees:
     """A fitted baseline: the trees and what they were fitted on."""
 
     model: object  # sklearn HistGradientBoostingClassifier
@@ -81,7 +82,7 @@ def training_matrix(
     n_questions: int,
     question_prior: float,
     skill: np.ndarray,
-    config: FeatureBaselineConfig,
+    config: TreesConfig,
     seed: int = 0,
 ):
     """(rates, entries, features) of the flat entries where `train` (bool, one per entry)
@@ -107,15 +108,15 @@ def training_matrix(
     return rates, entries, features
 
 
-def fit_feature_baseline(
+def fit_trees(
     sequences: QuestionSequences,
     train: np.ndarray,
     skill: np.ndarray,
     n_questions: int,
     question_prior: float,
-    config: FeatureBaselineConfig,
+    config: TreesConfig,
     seed: int = 0,
-) -> FittedBaseline:
+) -> FittedTrees:
     """Fit on the flat entries where `train` (bool, one per entry) is True."""
     rates, entries, features = training_matrix(
         sequences, train, n_questions, question_prior, skill, config, seed
@@ -134,7 +135,7 @@ def fit_feature_baseline(
     )
     model.fit(features[:, columns], sequences.response[entries].astype(np.int64))
     trees = to_trees(model, columns)
-    return FittedBaseline(model, trees, rates, columns, len(entries), int(model.n_iter_))
+    return FittedTrees(model, trees, rates, columns, len(entries), int(model.n_iter_))
 
 
 def informative_columns(features: np.ndarray) -> np.ndarray:
@@ -150,8 +151,8 @@ def informative_columns(features: np.ndarray) -> np.ndarray:
     return np.flatnonzero(defined)
 
 
-def score_feature_baseline(
-    fitted: FittedBaseline, sequences: QuestionSequences, entries: np.ndarray, skill: np.ndarray
+def score_trees(
+    fitted: FittedTrees, sequences: QuestionSequences, entries: np.ndarray, skill: np.ndarray
 ) -> np.ndarray:
     """Probability of a correct answer for the flat entries."""
     features = past_features(sequences, entries, skill, fitted.rates)

@@ -1,12 +1,13 @@
 """05_evaluate.py's logic: score every fold's streamed predictions, compare them with
-three baselines (common/report/baselines.py, common/model/boosting.py) and, on
-demo data, with the true probabilities, score the model's blend with the boosted features
-(common/model/blending.py), and write a report with tables and figures.
+two baselines (common/report/baselines.py), the trees and the blend as 04 streamed them
+(04 fits the trees and chooses the blend's weight, common/model/blending.py; 05 only reads
+them: none where 04 ran with --no-trees) and, on demo data, with the true probabilities,
+and write a report with tables and figures.
 
 Inputs (under --output-dir): data/ (01), folds/ (02), and in the run's folder (runs/NAME/)
-fold{k}/history.csv, config.json (03) and fold{k}/stream_predictions.parquet (04);
-optionally fold{k}/inner_predictions.parquet (03, for the blend) and
-<input-dir>/demo_truth.csv (00's demo).
+fold{k}/history.csv, config.json (03), fold{k}/stream_predictions.parquet,
+stream_summary.json (its blend record) and trees.npz, tree_inputs.npz, blend.json (04);
+optionally <input-dir>/demo_truth.csv (00's demo).
 Labels come from the data arrays through each prediction's global_row, never from the
 predictions file (whose labels must agree), and the rows must be exactly the question rows
 of the fold's validation stream.
@@ -35,9 +36,8 @@ from common.data.dataset import Dataset
 from common.data.fold_data import Fold
 from common.files import atomic_dir, atomic_file, write_json, write_run_record, write_text
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
-from common.model.blending import BLEND, BlendChoice, choose_fold_blend
-from common.model.boosting import FEATURE_BASELINE
-from common.model.trees import logit_blend
+from common.model.blending import BLEND, BlendChoice
+from common.model.boosting import TREES
 from common.report import plots
 from common.report.baselines import BASELINE_NAMES
 from common.report.evaluation import EvaluateConfig, Evaluation
@@ -51,14 +51,13 @@ from common.report.scored_rows import (
     selection_note,
     stream_summary,
 )
-from common.runs.artefacts import inner_predictions
 from common.runs.folders import commit
 from common.runs.provenance import epochs_trained, run_provenance
 from common.runs.table import append_run_row, config_columns
 from common.workspace import ModelFolder, ReportFolder, Run
 
 TRUTH_FILE = "demo_truth.csv"
-IMPORTANCE_TITLE = "Boosted features: permutation importance"
+IMPORTANCE_TITLE = "Trees: permutation importance"
 
 # Slice buckets: (label, lowest value, highest value) inclusive.
 HISTORY_BUCKETS = (
@@ -71,7 +70,7 @@ HISTORY_BUCKETS = (
 CONTAINER_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5+", 5, np.inf))
 
 
-BASELINES = (*BASELINE_NAMES, FEATURE_BASELINE)
+BASELINES = (*BASELINE_NAMES, TREES)
 
 
 def scorers(rows: pd.DataFrame) -> list[str]:
@@ -156,23 +155,17 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
         frame.to_csv(tmp, index=False)
 
 
-def fold_blend(
-    run: Run, fold: Fold, data: Dataset, config: EvaluateConfig
-) -> tuple[BlendChoice | None, str]:
-    """The fold's blend weight, chosen on its inner split (common.model.blending)."""
-    summary = stream_summary(run.fold(fold.index))
-    if summary.get("blend"):  # 04 fitted the trees and chose the weight
-        return streamed_choice(summary)
-    inner = inner_predictions(run.fold(fold.index))
-    epoch = summary.get("checkpoint_epoch")
-    return choose_fold_blend(inner, fold, data, epoch, config.features)
+NO_TREES = "04 streamed it without trees (04_infer.py --no-trees): no trees or blend to report"
 
 
-def streamed_choice(summary: dict) -> tuple[BlendChoice | None, str]:
-    """The choice 04 made (its stream_summary's blend record), or why it made none."""
-    record = summary["blend"]
+def streamed_choice(summary: dict, fold: int) -> tuple[BlendChoice | None, str]:
+    """The blend weight 04 chose for the fold (its stream_summary's blend record: 04 fits
+    the trees and chooses the weight, 05 only reads them), or why there is none."""
+    record = summary.get("blend")
+    if not record:
+        return None, f"fold {fold}: {NO_TREES}"
     if record.get("choice") is None:
-        return None, record.get("no_blend") or "04 chose no weight"
+        return None, record.get("no_blend") or f"fold {fold}: 04 chose no weight"
     return BlendChoice(**record["choice"]), ""
 
 
@@ -188,28 +181,22 @@ def load_histories(run: Run, folds: list[int]) -> dict[int, pd.DataFrame]:
 def scored_rows(
     run: Run, folds: list[int], data: Dataset, config: EvaluateConfig
 ) -> tuple[pd.DataFrame, dict[int, BlendChoice], list[str]]:
-    """The folds' scored rows (with the blend where every fold has one), each fold's blend
-    choice, and why a fold has none."""
-    features = config.features if config.feature_baseline else None
+    """The folds' scored rows (with the trees and the blend where every fold streamed
+    them), each fold's blend choice as 04 made it, and why a fold has none."""
     frames, blends, no_blend = [], {}, []
     for k in folds:
         fold = Fold.of(run.workspace, k)  # read and fingerprinted once
-        fold_rows = load_fold_rows(fold, run.fold(k), data, config.baselines, features)
-        if features is not None or BLEND in fold_rows:
-            choice, reason = fold_blend(run, fold, data, config)
-            if choice is None:
-                no_blend.append(reason)
-            else:
-                blends[k] = choice
-                if BLEND not in fold_rows:  # 04 streamed none: the blend of 05's trees
-                    fold_rows[BLEND] = logit_blend(
-                        fold_rows[MODEL].to_numpy(),
-                        fold_rows[FEATURE_BASELINE].to_numpy(),
-                        choice.weight,
-                    )
+        fold_rows = load_fold_rows(fold, run.fold(k), data, config.baselines)
+        choice, reason = streamed_choice(stream_summary(run.fold(k)), k)
+        if choice is None:
+            no_blend.append(reason)
+        else:
+            blends[k] = choice
         frames.append(fold_rows)
-    if no_blend:  # a blend row over some folds only would not compare with the others
-        frames = [frame.drop(columns=[BLEND], errors="ignore") for frame in frames]
+    # a row over some folds only would not compare with the others
+    dropped = [name for name in (TREES, BLEND) if not all(name in f for f in frames)]
+    frames = [frame.drop(columns=dropped, errors="ignore") for frame in frames]
+    if BLEND in dropped:
         blends = {}
     return pd.concat(frames).reset_index(drop=True), blends, no_blend
 
@@ -313,12 +300,19 @@ def describe(
         submitted=BLEND if streamed_blend and BLEND in set(table["scorer"]) else MODEL,
         blend={k: asdict(choice) for k, choice in blends.items()},
         tree_importance=tree_importance(blends),
+        trees_config=trees_config(summaries) if TREES in set(table["scorer"]) else None,
         no_blend=no_blend,
         folds=list(summaries),
         selection=selection_note(summaries),
         report=str(run.report_file),
         run=run.name,
     )
+
+
+def trees_config(summaries: dict[int, dict]) -> dict | None:
+    """The settings 04 fitted the folds' trees with (their stream summaries'
+    trees_config), the first fold's where folds differ."""
+    return next(iter(summaries.values())).get("trees_config")
 
 
 def evaluate_row(

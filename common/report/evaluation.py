@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.model.boosting import FeatureBaselineConfig
 from common.options import at_least, option, progress_option
 from common.report.baselines import BaselineConfig
 from common.report.scored_rows import MODEL
@@ -26,14 +25,7 @@ class EvaluateConfig:
     calibration_bins: int = option(10, "bins of the calibration table and plot", range=at_least(1))
     # a bar over bootstrap resamples (minutes on millions of rows)
     progress: bool = progress_option()
-    feature_baseline: bool = option(
-        True,
-        "fit the boosted trees over past-event features on the training rows of a fold 04 "
-        "streamed without them, and blend them (off: the boosted features and the blend "
-        "are scored only where 04 streamed them)",
-    )
     baselines: BaselineConfig = field(default_factory=BaselineConfig)
-    features: FeatureBaselineConfig = field(default_factory=FeatureBaselineConfig)
 
 
 @dataclass
@@ -59,6 +51,9 @@ class Evaluation:
     no_blend: list[str] = field(default_factory=list)  # why a fold has no blend
     # the trees' permutation importance on the inner splits: name: (mean AUC lost, spread)
     tree_importance: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # the settings 04 fitted the trees with (its stream_summary's trees_config); None: 04
+    # ran with --no-trees, and the report has no trees or blend
+    trees_config: dict | None = None
     folds: list[int] = field(default_factory=list)
     selection: str = ""  # which checkpoint scored each fold, and what chose it
     report: str = ""  # report.md's path

@@ -157,7 +157,7 @@ def headline_lines(head: Evaluation, config: EvaluateConfig) -> str:
     if head.blend_auc is not None:
         weights = ", ".join(f"fold {k}: {choice['weight']:g}" for k, choice in head.blend.items())
         lines.append(
-            f"**Blend AUC {head.blend_auc:.4f}**: the model's and the boosted features' "
+            f"**Blend AUC {head.blend_auc:.4f}**: the model's and the trees' "
             f"logits, the model's weight chosen on each fold's inner split ({weights})."
         )
     for reason in head.no_blend:
@@ -166,7 +166,7 @@ def headline_lines(head: Evaluation, config: EvaluateConfig) -> str:
         top = list(head.tree_importance.items())[:TOP_FEATURES]
         named = ", ".join(f"{name} ({mean:.4f})" for name, (mean, _) in top)
         lines.append(
-            f"The boosted features lean most on {named}: the AUC each costs the trees when "
+            f"The trees lean most on {named}: the AUC each costs the trees when "
             "shuffled on the inner split (permutation importance, figure below)."
         )
     if head.selection:
@@ -174,7 +174,30 @@ def headline_lines(head: Evaluation, config: EvaluateConfig) -> str:
     return "\n".join(f"- {line}" for line in lines) + "\n"
 
 
-def method_markdown(config: EvaluateConfig, has_oracle: bool) -> str:
+def trees_method(trees: dict | None) -> list[str]:
+    """How 04 fitted the trees (`trees`: its stream summary's trees_config) and chose the
+    blend's weight; why there are none where it ran with --no-trees."""
+    if trees is None:
+        return ["Trees and blend: none (04_infer.py streamed the folds with --no-trees)."]
+    return [
+        "Trees (fitted by 04_infer.py, read here from its stream): scikit-learn's "
+        f"HistGradientBoostingClassifier (at most {trees['boost_rounds']} rounds, learning "
+        f"rate {trees['boost_learning_rate']:g}, {trees['boost_leaves']} leaves, early "
+        "stopping on a tenth of its training rows) over common/data/past_features.py's "
+        "features: the student's running, recent, per-part, per-skill and per-question "
+        "answers and correct rates over earlier task containers, times since the previous "
+        "container and the same question, the question's training rate (out of fold on "
+        "its own training rows), explanation and elapsed-time means; fitted on the fold's "
+        f"training rows (a sample of {trees['boost_max_rows']:,} at most).",
+        "Blend (its weight chosen by 04_infer.py): sigmoid(w × logit(model) + (1 − w) × "
+        "logit(trees)); w in 0, 0.05, ..., 1 maximizes the AUC of the fold's inner split "
+        "(training students' questions the model neither trained on nor is scored on: 03's "
+        "inner_predictions.parquet of the streamed checkpoint, against trees fitted without "
+        "them), never of the scored rows.",
+    ]
+
+
+def method_markdown(config: EvaluateConfig, has_oracle: bool, trees: dict | None) -> str:
     """How every figure of the report was measured."""
     b = config.baselines
     items = [
@@ -200,20 +223,7 @@ def method_markdown(config: EvaluateConfig, has_oracle: bool) -> str:
         "rows of the student's earlier task containers (training history and earlier "
         "stream containers, whose outcomes the API has revealed); never the row's own "
         "container or later rows.",
-        "Boosted-features baseline: scikit-learn's HistGradientBoostingClassifier "
-        f"(at most {config.features.boost_rounds} rounds, learning rate "
-        f"{config.features.boost_learning_rate:g}, {config.features.boost_leaves} leaves, "
-        "early stopping on a tenth of its training rows) over common/data/past_features.py's "
-        "features: the student's running, recent, per-part, per-skill and per-question "
-        "answers and correct rates over earlier task containers, times since the previous "
-        "container and the same question, the question's training rate (out of fold on "
-        "its own training rows), explanation and elapsed-time means; fitted on the fold's "
-        f"training rows (a sample of {config.features.boost_max_rows:,} at most).",
-        "Blend: sigmoid(w × logit(model) + (1 − w) × logit(boosted features)); w in "
-        "0, 0.05, ..., 1 maximizes the AUC of the fold's inner split (training students' "
-        "questions the model neither trained on nor is scored on: 03's "
-        "inner_predictions.parquet of the streamed checkpoint, against the baseline "
-        "fitted without them), never of the scored rows.",
+        *trees_method(trees),
         "Slices: new = the student has no training rows in this fold; history length = the "
         "student's question rows before this one (training history and earlier stream "
         "rows, including earlier questions of the same container); container size = "
@@ -239,6 +249,7 @@ def report_markdown(
     """report.md: the headline first, then the run's provenance, the metric and slice
     tables (`tables`), the figures (title: link) and how everything was measured."""
     metrics_md, slices_md = tables
+    method = method_markdown(config, head.oracle_auc is not None, head.trees_config)
     figure_md = "".join(f"### {title}\n\n![{title}]({link})\n\n" for title, link in figures.items())
     if not figures:
         figure_md = "No figures.\n\n"
@@ -250,5 +261,5 @@ def report_markdown(
         f"## Metrics\n\n{metrics_md}\n"
         f"## Slices (pooled rows)\n\n{slices_md}\n"
         f"## Figures\n\n{figure_md}"
-        f"## How measured\n\n{method_markdown(config, head.oracle_auc is not None)}"
+        f"## How measured\n\n{method}"
     )

@@ -1,8 +1,8 @@
 """05's input: every fold's streamed question rows (04's stream_predictions.parquet),
 checked against stage 1's data and the fold (each streamed question row once, labels and
 ids as in the data, probabilities), with the keys of 05's slices, the baselines' scores
-(common.report.baselines, common.model.boosting) and, on demo data, the true probability as
-the oracle."""
+(common.report.baselines), the trees and the blend as 04 streamed them (05 reads them, never
+fits trees nor chooses a weight) and, on demo data, the true probability as the oracle."""
 
 from __future__ import annotations
 
@@ -15,18 +15,12 @@ import pandas as pd
 from common.data.dataset import Dataset
 from common.data.features import QuestionSequences
 from common.data.fold_data import Fold, FoldMismatchError, check_fold_fingerprint
-from common.data.past_features import past_features, question_skills
-from common.data.question_rates import training_entries
+from common.data.past_features import past_features
 from common.data.schema import QUESTION
 from common.errors import UserError
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import BLEND
-from common.model.boosting import (
-    FEATURE_BASELINE,
-    FeatureBaselineConfig,
-    fit_feature_baseline,
-    score_feature_baseline,
-)
+from common.model.boosting import TREES
 from common.report.baselines import BaselineConfig, baseline_scores
 from common.workspace import ModelFolder, Run
 
@@ -57,13 +51,11 @@ def load_fold_rows(
     folder: ModelFolder,
     data: Dataset,
     baselines: BaselineConfig,
-    features: FeatureBaselineConfig | None = None,
 ) -> pd.DataFrame:
     """One fold's streamed question rows with labels from the data arrays, the slice
-    keys and the baselines; the boosted features and the blend 04 streamed, where it did
-    (checked against the batch computation, `streamed_blend`), else, unless `features` is
-    None, trees fitted here on the fold's training rows. The
-    predictions come from the run's folder. Raises if the predictions file does not match
+    keys and the baselines; the trees and the blend 04 streamed, where it did (checked
+    against the batch computation, `streamed_blend`; none where 04 ran with --no-trees).
+    The predictions come from the run's folder. Raises if the predictions file does not match
     `fold` (as Fold.load read it)."""
     path, predictions = _read_predictions(folder, fold)
     arrays, sequences = data.arrays, data.sequences
@@ -105,22 +97,18 @@ def load_fold_rows(
     )
     if "group_num" in predictions.columns:
         rows["group_num"] = predictions["group_num"].to_numpy()
-    return _add_baselines(rows, path, folder, fold, data, entries, predictions, baselines, features)
+    return _add_baselines(rows, path, folder, fold, data, entries, predictions, baselines)
 
 
-def _add_baselines(
-    rows, path, folder, fold, data, entries, predictions, baselines, features
-) -> pd.DataFrame:
-    """The baselines' columns; the boosted features and the blend 04 streamed, where it
-    did (checked against the batch computation), else the trees fitted here."""
-    streamed = "trees_prediction" in predictions  # what 04 submitted, whatever `features`
-    fitted_here = None if streamed else features
+def _add_baselines(rows, path, folder, fold, data, entries, predictions, baselines) -> pd.DataFrame:
+    """The baselines' columns; the trees and the blend 04 streamed, where it did (checked
+    against the batch computation)."""
     groups = rows["group_num"].to_numpy() if "group_num" in rows else None
-    columns = baseline_columns(data, fold, entries, baselines, fitted_here, groups)
+    columns = baseline_columns(data, fold, entries, baselines, groups)
     for name, values in columns.items():
         rows[name] = values
-    if streamed:
-        rows[FEATURE_BASELINE], blend = streamed_blend(path, folder, data, entries, predictions)
+    if "trees_prediction" in predictions:  # 04 streamed its trees (not --no-trees)
+        rows[TREES], blend = streamed_blend(path, folder, data, entries, predictions)
         if blend is not None:
             rows[BLEND] = blend
     return rows
@@ -228,24 +216,12 @@ def baseline_columns(
     fold: Fold,
     entries: np.ndarray,
     baselines: BaselineConfig,
-    features: FeatureBaselineConfig | None = None,
     group_num: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Every baseline's scores of the flat entries: both of common.report.baselines (with
-    the groups they were streamed in, group_num, the API's rule checked first) and, unless
-    `features` is None, the boosted features fitted on the fold's training rows."""
-    sequences = data.sequences
+    """Both baselines' scores of the flat entries (common.report.baselines), with the
+    groups they were streamed in (group_num: the API's rule checked first)."""
     cut_row = data.arrays.offsets[:-1] + fold.user_cut
-    scores = baseline_scores(sequences, entries, cut_row, data.n_questions, baselines, group_num)
-    if features is not None:
-        skill = question_skills(data.questions, data.n_questions)
-        train = training_entries(sequences, cut_row)
-        prior, seed = features.boost_question_prior, features.boost_seed
-        fitted = fit_feature_baseline(
-            sequences, train, skill, data.n_questions, prior, features, seed
-        )
-        scores[FEATURE_BASELINE] = score_feature_baseline(fitted, sequences, entries, skill)
-    return scores
+    return baseline_scores(data.sequences, entries, cut_row, data.n_questions, baselines, group_num)
 
 
 def stream_summary(folder: ModelFolder) -> dict:

@@ -24,7 +24,7 @@ from common.files import atomic_file, json_values, write_json, write_run_record,
 from common.metrics import slice_table, student_and_part_slices
 from common.model.blend_bundle import BlendBundle
 from common.model.blending import fold_blend_bundle
-from common.model.boosting import FeatureBaselineConfig
+from common.model.boosting import TreesConfig
 from common.model.checkpoint import load_model, read_checkpoint
 from common.options import above, at_least, option, progress_option
 from common.runs.artefacts import inner_predictions
@@ -66,13 +66,14 @@ class InferConfig:
         range=above(0),
     )
 
-    feature_baseline: bool = option(
+    trees: bool = option(
         True,
-        "fit boosted trees over past-event features on the fold's training rows, choose "
-        "the blend's weight on 03's inner split, and stream and submit the blend (off: the "
-        "model alone)",
+        "fit the trees (boosted trees over past-event features) on the fold's training rows, "
+        "choose the blend's weight on 03's inner split, and stream and submit the blend (off: "
+        "the model alone, and 05 reports no trees or blend)",
     )
-    trees: FeatureBaselineConfig = field(default_factory=FeatureBaselineConfig)
+    # the trees' settings; its fields' flags are its own (--boost-rounds, ...)
+    trees_config: TreesConfig = field(default_factory=TreesConfig)
     kaggle: KaggleConfig = field(default_factory=KaggleConfig)
     competition: bool = option(
         False, "run against the real riiideducation API (by default only where it is importable)"
@@ -136,7 +137,7 @@ def fold_state(
     data: FoldData,
 ) -> OnlineState | BlendState:
     """The state at the start of the fold's stream: every student's training questions, for
-    the model and, unless --no-feature-baseline, for the trees' features, with the fold's
+    the model and, unless --no-trees, for the trees' features, with the fold's
     trees and blend weight (common.model.blending.fold_blend_bundle; the state holds them
     as `bundle`). The model's state is sized first: a state budget too small is refused
     before the trees are fitted. The snapshots are dropped on return."""
@@ -149,7 +150,7 @@ def fold_state(
         data.sequences, users, data.train_length, model.config.receptive_field
     )
     features = None
-    if config.feature_baseline or model_reads:
+    if config.trees or model_reads:
         features = build_feature_snapshot(data.sequences, users, data.train_length)
     model_state = OnlineState(
         model, dataset.parts, checkpoint["device"], snapshot, config.cache_students,
@@ -158,17 +159,17 @@ def fold_state(
     if features is None:
         return model_state
     bundle = None
-    if config.feature_baseline:
+    if config.trees:
         epoch = checkpoint.get("epoch")
         inner = inner_predictions(folder)
-        bundle = fold_blend_bundle(inner, data.fold, dataset, epoch, config.trees)
+        bundle = fold_blend_bundle(inner, data.fold, dataset, epoch, config.trees_config)
     return BlendState(model_state, bundle, dataset.parts, skill, features, record=True)
 
 
 def run_emulated(run: Run, config: InferConfig) -> dict:
     """Stream fold `config.fold`'s validation rows (from the workspace's data/ and folds/)
     through the emulator with the run's checkpoint, and with the fold's trees unless
-    --no-feature-baseline; write the fold's outputs (the trees and the blend's weight
+    --no-trees; write the fold's outputs (the trees and the blend's weight
     beside the checkpoint) and a row of output/runs.csv. The run's oof.parquet is its
     caller's (common.stream.infer.stream_folds)."""
     begin = time.perf_counter()
@@ -245,7 +246,7 @@ def stream_summary(
         "device": str(model_state.device),
         "torch_threads": torch.get_num_threads(),
         "stream_config": json_values(asdict(config.stream)),
-        "trees_config": json_values(asdict(config.trees)) if config.feature_baseline else None,
+        "trees_config": json_values(asdict(config.trees_config)) if config.trees else None,
     }
 
 
@@ -259,7 +260,7 @@ def streamed_already(run: Run, config: InferConfig) -> bool:
     checkpoint = read_checkpoint(folder.checkpoint(config.checkpoint))
     digest = checkpoint.get("model_digest")
     same_model = digest is not None and summary.get("checkpoint_digest") == digest
-    trees = json_values(asdict(config.trees)) if config.feature_baseline else None
+    trees = json_values(asdict(config.trees_config)) if config.trees else None
     same_trees = summary.get("trees_config") == trees
     return (
         same_model

@@ -35,7 +35,7 @@ def infer(config: InferConfig, workspace: Workspace, name: str | None) -> None:
     if config.full:  # nothing to stream: the full-data model has seen every student
         if not config.kaggle.export:
             raise UserError("--full exports the full-data model's bundle: drop --no-export")
-        if config.feature_baseline:
+        if config.trees:
             fit_full_bundle(config, run)
         export(replace(config, fold=0), run)
         return
@@ -55,7 +55,7 @@ def fit_full_bundle(config: InferConfig, run: Run) -> None:
     """The full-data model's trees (every question row) and the median of the folds'
     blend weights, written beside full/best.pt for the export."""
     dataset = Dataset.of(run.workspace)
-    bundle = full_blend_bundle(fold_weights(run), dataset, config.trees)
+    bundle = full_blend_bundle(fold_weights(run), dataset, config.trees_config)
     bundle.save(run.full)
     weight = "none: the model alone" if bundle.weight is None else f"{bundle.weight:g}"
     print(
