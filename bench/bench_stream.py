@@ -2,7 +2,8 @@
 
 Builds (once) a demo of --users students, 01 -> 02 with the virtual-time strategy (tito's
 scheme from the competition: the last 2.5% of rows by virtual time form a stream that
-interleaves many students, like the hidden test), then for each model size writes a
+interleaves many students, like the hidden test; or streams the workspace --data-dir made
+the same way), then for each model size writes a
 checkpoint with freshly initialized weights (speed does not depend on the weights) and
 runs the real 04_infer.py on fold 0, which streams every validation group through the API
 emulator with state updates, one batched forward pass per group, in groups of 18 to 33
@@ -34,6 +35,8 @@ CONFIGS = {
     "d256": dict(d_model=256, n_heads=8, encoder_layers=2, decoder_layers=2),
 }
 TEST_ROWS = 2_500_000  # question rows in the competition's hidden test
+# 02's virtual-time split: the last 2.5% of rows, many students interleaved
+STREAM_SPLIT = ("--strategy", "virtual-time", "--n-folds", "1", "--valid-share", "0.025")
 
 
 def measure(data: Workspace, work: Path, name: str, args: argparse.Namespace, say: Report):
@@ -62,7 +65,12 @@ def main() -> int:
     )
     parser.add_argument("--users", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=torch.get_num_threads(),
+        help="04's torch threads (default: this process's, %(default)s)",
+    )
     parser.add_argument("--window", type=int, default=100)
     parser.add_argument("--configs", default="demo,d256")
     parser.add_argument(
@@ -71,15 +79,25 @@ def main() -> int:
         help="rows per emulated group, MIN,MAX (default %(default)s: the real example's)",
     )
     parser.add_argument("--work-dir", type=Path, default=WORK)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="a workspace through 02 (split as STREAM_SPLIT says) to stream instead of a demo",
+    )
     results_flag(parser, "stream")
     parser.add_argument("extra", nargs="*", help="passed on to 04_infer.py (after --)")
     args = parser.parse_args()
+    if args.data_dir is not None and not Workspace(args.data_dir).folds.fold(0).exists():
+        parser.error(f"--data-dir {args.data_dir}: no fold 0 there (run 02_make_folds.py)")
     say = Report("stream", args.results)
     say.header("04_infer.py streaming throughput (bench/bench_stream.py)")
-    data = args.work_dir / f"demo{args.users}"
-    # the virtual-time split: the last 2.5% of rows, many students interleaved
-    split = ("--strategy", "virtual-time", "--n-folds", "1", "--valid-share", "0.025")
-    data_out = make_demo(data / "input", data / "out", args.users, args.seed, split, say=say)
+    if args.data_dir is not None:
+        data_out = Workspace(args.data_dir)
+    else:
+        data = args.work_dir / f"demo{args.users}"
+        data_out = make_demo(
+            data / "input", data / "out", args.users, args.seed, STREAM_SPLIT, say=say
+        )
     header = ["model", "params", "question rows", "groups", "rows/group", "rows/s"]
     header += ["cache builds", "state bytes/student (ring + cache)", "2.5M rows would take"]
     rows = []

@@ -4,10 +4,12 @@ Steps, each a process of its own (what a user runs):
   1. training throughput at the reference size (d_model 256, 2+2 layers, window 100,
      batch 512) in bf16, without and with torch.compile (bench_train.py), and the
      positions the CUDA batch plan computes per trained question (target at most 1.3);
-  2. a short demo training on the device (03_train.py, 2 epochs of the small-data recipe):
-     interactions/s and the inner-split AUC;
+  2. a short demo training on the device (03_train.py, 2 epochs of the small-data recipe;
+     1 with --quick): interactions/s and the inner-split AUC;
   3. streaming at d256 through 04_infer.py on the device, in groups like the real example
      test (bench_stream.py).
+Every step reads one demo of --users students, split as bench_stream.py splits its own
+(fold 0 trains on the first 97.5% of rows by virtual time and streams the rest).
 Targets on one H200-class GPU: training at least 1M interactions/s at the reference size
 (a full Riiid epoch of about 100M interactions in under 2 minutes), streaming at least
 10,000 rows/s.
@@ -26,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.bench_stream import STREAM_SPLIT
 from bench.benchlib import (
     BENCH_RUN,
     SMALL_DATA_RECIPE,
@@ -65,24 +68,29 @@ def train_rate(
     return float(found.group(1).replace(",", "")), float(plan.group(1))
 
 
+def demo_epochs(args: argparse.Namespace) -> int:
+    return 1 if args.quick else 2
+
+
 def demo_training(args: argparse.Namespace, data_out: Workspace, say: Report) -> dict:
-    """03_train.py for 2 epochs on the device: the last epoch's interactions/s and AUC."""
+    """03_train.py for 2 epochs (1 with --quick) on the device: the last epoch's
+    interactions/s and AUC."""
     out = link_data(args.work_dir / "demo_run", data_out)
     flags = ["--output-dir", out.path, "--run", BENCH_RUN]
     flags += ["--device", args.device, "--amp", args.amp]
-    flags += [*SMALL_DATA_RECIPE, "--epochs", 2, "--no-progress"]  # the demo's, 2 epochs
+    flags += [*SMALL_DATA_RECIPE, "--epochs", demo_epochs(args), "--no-progress"]  # the demo's
     run(script("03_train.py", *flags), say=say)
     with open(bench_fold(out).history) as f:
         last = list(csv.DictReader(f))[-1]
     return {"rate": float(last["interactions_per_s"]), "auc": float(last["inner_auc"])}
 
 
-def stream_rate(args: argparse.Namespace, say: Report) -> dict:
-    """bench_stream.py at d256 with 04_infer.py on the device: 04's stream summary (its
-    rows/s, and its cache builds apart: common.stream.api_loop.stream_loop)."""
-    users = 300 if args.quick else args.users
+def stream_rate(args: argparse.Namespace, data_out: Workspace, say: Report) -> dict:
+    """bench_stream.py at d256 with 04_infer.py on the device, on fold 0 of the demo
+    `data_out`: 04's stream summary (its rows/s, and its cache builds apart:
+    common.stream.api_loop.stream_loop)."""
     config = "demo" if args.quick else "d256"
-    command = module("bench.bench_stream", "--users", users, "--configs", config)
+    command = module("bench.bench_stream", "--data-dir", data_out.path, "--configs", config)
     command += ["--work-dir", str(args.work_dir), "--results", str(args.work_dir / "stream.txt")]
     run([*command, "--", "--device", args.device], say=say)
     summary = bench_fold(Workspace(args.work_dir / f"stream_{config}")).stream_summary
@@ -95,7 +103,7 @@ def main() -> int:
     )
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--amp", choices=("bf16", "fp16", "off"), default="bf16")
-    parser.add_argument("--users", type=int, default=5000, help="demo students (streaming; >= 100)")
+    parser.add_argument("--users", type=int, default=5000, help="demo students (>= 100)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script")
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled run")
     parser.add_argument("--work-dir", type=Path, default=WORK / "gpu_check")
@@ -107,19 +115,20 @@ def main() -> int:
     say = Report("gpu_check", args.results)
     say.header("GPU check (bench/gpu_check.py)")
     begin = time.perf_counter()
-    users = 200 if args.quick else 3000
+    users = 100 if args.quick else args.users
     data = args.work_dir / f"demo{users}"
-    data_out = make_demo(data / "input", data / "out", users, 0, ("--n-folds", "5"), say=say)
+    data_out = make_demo(data / "input", data / "out", users, 0, STREAM_SPLIT, say=say)
     eager, plan = train_rate(args, data_out, False, say)
     compiled = None if args.no_compile else train_rate(args, data_out, True, say)[0]
     demo = demo_training(args, data_out, say)
-    stream = stream_rate(args, say)
+    stream = stream_rate(args, data_out, say)
 
     def epoch_minutes(rate: float) -> str:
         return f"{RIIID_INTERACTIONS / rate / 60:.1f} min per Riiid epoch"
 
     size = "demo size (--quick)" if args.quick else "reference size"
     model = "demo" if args.quick else "d256"
+    epochs = f"{demo_epochs(args)} epoch{'s' if demo_epochs(args) > 1 else ''}"
     rows = [
         [f"training, {size}, eager", f"{eager:,.0f} interactions/s", "≥ 1,000,000",
          epoch_minutes(eager)],
@@ -128,7 +137,7 @@ def main() -> int:
          "" if compiled is None else epoch_minutes(compiled)],
         ["03's CUDA batch plan", f"{plan:.3f} positions per trained question", "≤ 1.3",
          "context and padding included"],
-        ["03 demo recipe, 2 epochs", f"{demo['rate']:,.0f} interactions/s", "—",
+        [f"03 demo recipe, {epochs}", f"{demo['rate']:,.0f} interactions/s", "—",
          f"inner AUC {demo['auc']:.4f}"],
         [f"04 streaming, {model}, groups of 18-33 rows", f"{stream['rows_per_s']:,.0f} rows/s",
          "≥ 10,000", f"{2_500_000 / stream['rows_per_s'] / 60:.0f} min for 2.5M rows; "

@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
+from bench.bench_stream import main as bench_stream_main
 from bench.gpu_check import main as gpu_check_main
 
 STEPS = (
     "training, demo size (--quick), eager",
     "training, demo size (--quick), torch.compile",
     "03's CUDA batch plan",
-    "03 demo recipe, 2 epochs",
+    "03 demo recipe, 1 epoch",
     "04 streaming, demo, groups of 18-33 rows",
 )
 
@@ -70,3 +71,17 @@ def test_bad_flags_are_refused(tmp_path, flags, named, monkeypatch, capsys):
     assert done.returncode == 2
     assert named in done.stderr
     assert not (tmp_path / "work").exists()
+
+
+def test_the_stream_bench_refuses_a_data_dir_without_folds(tmp_path, monkeypatch, capsys):
+    """gpu_check hands bench_stream.py its demo through --data-dir: one without 02's fold 0
+    is refused before any work."""
+    work = tmp_path / "work"
+    flags = ["--data-dir", str(tmp_path / "prep"), "--work-dir", str(work)]
+    monkeypatch.setattr(sys, "argv", ["bench_stream.py", *flags])
+    with pytest.raises(SystemExit) as stop:
+        bench_stream_main()
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert "--data-dir" in error and "02_make_folds.py" in error
+    assert not work.exists()

@@ -356,7 +356,11 @@ class PastFeatureState:
         reads the group: the previous group's outcomes first, then each student's one
         container (two of a student are refused), with its first row's timestamp and
         prior_question_* fields."""
-        group = read_group(test_df)
+        return self.features_of_group(read_group(test_df))
+
+    def features_of_group(self, group: ApiGroup) -> np.ndarray:
+        """`group_features` of a group already read (the blend's state reads each group
+        once for both of its states)."""
         if self.previous is not None and group.prior_correct is not None:
             self._reveal_group(self.previous, group.prior_correct)
         self.previous = group

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.inspection import permutation_importance
 
 from common.data.dataset import Dataset
 from common.data.fold_data import Fold
@@ -136,6 +135,13 @@ def choose_fold_blend(
 IMPORTANCE_REPEATS = 5  # shuffles per feature
 
 
+def _auc_of_scores(model, features: np.ndarray, labels: np.ndarray) -> float:
+    """The AUC of the trees' scores (scikit-learn's "roc_auc" scorer, computed by
+    common.metrics.auc_or_nan without its per-call checks: most of the time on small
+    folds)."""
+    return auc_or_nan(labels, model.decision_function(features))
+
+
 def tree_importance(
     fitted: FittedTrees, features: np.ndarray, labels: np.ndarray, seed: int
 ) -> dict[str, list[float]]:
@@ -144,11 +150,13 @@ def tree_importance(
     largest first."""
     if len(np.unique(labels)) < 2:
         return {}
+    from sklearn.inspection import permutation_importance  # only here: see fit_trees
+
     found = permutation_importance(
         fitted.model,
         features[:, fitted.columns],
         labels,
-        scoring="roc_auc",
+        scoring=_auc_of_scores,
         n_repeats=IMPORTANCE_REPEATS,
         random_state=seed,
     )

@@ -12,15 +12,18 @@ the full table's; scored rows get the rates of every training row.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.ensemble import HistGradientBoostingClassifier
 
 from common.data.features import QuestionSequences
 from common.data.past_features import CATEGORICAL, FEATURE_NAMES, past_features, question_count
 from common.data.question_rates import question_rates
 from common.model.trees import BITSET_WORDS, Trees
 from common.options import above, at_least, option
+
+if TYPE_CHECKING:
+    from sklearn.ensemble import HistGradientBoostingClassifier
 
 TREES = "trees"  # the scorer label of the boosted trees over past-event features
 RATE_COLUMN = FEATURE_NAMES.index("question_rate")
@@ -118,6 +121,10 @@ def fit_trees(
     seed: int = 0,
 ) -> FittedTrees:
     """Fit on the flat entries where `train` (bool, one per entry) is True."""
+    # imported here, not at the top: scikit-learn's import costs about a second at the start
+    # of every 03 and 04 process, and only a fit needs it
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
     rates, entries, features = training_matrix(
         sequences, train, n_questions, question_prior, skill, config, seed
     )

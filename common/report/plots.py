@@ -4,31 +4,43 @@ draws one figure and writes it as a PNG atomically."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from sklearn.calibration import calibration_curve
-from sklearn.metrics import roc_curve
 
 from common.files import atomic_file
 from common.metrics import auc_or_nan
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 DPI = 120
 
 
-def _save(figure: plt.Figure, path: Path) -> None:
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, imported at the first figure, not with this
+    module: matplotlib and scikit-learn cost over a second at each start of a process that
+    imports 05's code and draws nothing (05 --runs, the benchmarks' scoring)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(figure: Figure, path: Path) -> None:
     with atomic_file(path) as tmp:
         figure.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
-    plt.close(figure)
+    _pyplot().close(figure)
 
 
 def roc_figure(path: Path, labels: np.ndarray, scores: dict[str, np.ndarray]) -> None:
     """ROC curve of every scorer on the same rows, AUC in the legend."""
+    plt = _pyplot()
+    from sklearn.metrics import roc_curve  # with pyplot: see _pyplot
+
     figure, ax = plt.subplots(figsize=(5.5, 5))
     for name, score in scores.items():
         fpr, tpr, _ = roc_curve(labels, score)
@@ -48,6 +60,9 @@ def reliability_figure(
 ) -> None:
     """Observed share correct against mean score per equal-width bin, with the count of
     the first scorer's (the model's) scores per bin below."""
+    plt = _pyplot()
+    from sklearn.calibration import calibration_curve  # with pyplot: see _pyplot
+
     figure, (top, bottom) = plt.subplots(
         2, 1, figsize=(5.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
     )
@@ -70,6 +85,7 @@ def training_curves_figure(path: Path, histories: dict[int, pd.DataFrame]) -> No
     """Per epoch for each fold (03's history.csv): the training loss, and the loss and AUC
     of the inner validation split (which selects the model by default) and of the fold's
     validation rows (logged only, unless 03 ran with --select-on fold)."""
+    plt = _pyplot()
     figure, (loss_ax, auc_ax) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     styles = {"train": "-", "inner": "--", "fold": ":"}
     for k, history in sorted(histories.items()):
@@ -97,6 +113,7 @@ def training_curves_figure(path: Path, histories: dict[int, pd.DataFrame]) -> No
 def importance_figure(path: Path, importance: dict[str, tuple[float, float]]) -> None:
     """Horizontal bars of each feature's permutation importance (the AUC lost when its
     values are shuffled), largest on top, with the spread over shuffles and folds."""
+    plt = _pyplot()
     names = list(importance)[::-1]
     means = np.array([importance[n][0] for n in names])
     spreads = np.array([importance[n][1] for n in names])

@@ -13,10 +13,10 @@ import time
 import numpy as np
 import pandas as pd
 
+from common.data.api_group import read_group
 from common.data.past_features import MODEL_COLUMNS
 from common.data.past_state import FeatureSnapshot, PastFeatureState, slot_bytes
 from common.data.question_rates import QuestionRates
-from common.data.schema import QUESTION
 from common.model.blend_bundle import BlendBundle
 from common.stream.online import NEW_STUDENT_SHARE, OnlineState
 
@@ -49,22 +49,22 @@ class BlendState:
         self.trees_seconds = 0.0
 
     def predict(self, test_df: pd.DataFrame) -> np.ndarray:
+        group = read_group(test_df)  # once, for both states
         begin = time.perf_counter()
-        features = self.features.group_features(test_df)
+        features = self.features.features_of_group(group)
         self.feature_seconds += time.perf_counter() - begin
         past = features[:, MODEL_COLUMNS] if self.model_reads else None
-        model = self.model_state.predict(test_df, past)
+        model = self.model_state.predict_group(group, past)
         if self.bundle is None:
             return model
         begin = time.perf_counter()
         trees = self.bundle.trees.probability(features)
         self.trees_seconds += time.perf_counter() - begin
         if self.record:
-            question = test_df["content_type_id"].to_numpy() == QUESTION
             self.recorded.append(
                 pd.DataFrame(
                     {
-                        "row_id": test_df["row_id"].to_numpy()[question],
+                        "row_id": test_df["row_id"].to_numpy()[group.is_question],
                         "model_prediction": model,
                         "trees_prediction": trees,
                     }

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from common.data.api_group import outcome_list, read_group
+from common.data.api_group import ApiGroup, outcome_list, read_group
 from common.data.features import step_inputs
 from common.model.predict import to_tensors
 from common.model.saint import SAINT
@@ -204,12 +204,15 @@ class OnlineState:
         """Probabilities for test_df's question rows, in their order. `past`: their
         past-event features (MODEL_FEATURES, one row per question row), for a model that
         reads them (common.data.past_state computes them online)."""
+        return self.predict_group(read_group(test_df), past)
+
+    def predict_group(self, group: ApiGroup, past: np.ndarray | None = None) -> np.ndarray:
+        """`predict` of a group already read (the blend's state reads each group once)."""
         if ("past" in self.store.rings) != (past is not None):
             raise ValueError(
                 "a model that reads past-event features needs them with every group, and "
                 "only such a model takes them"
             )
-        group = read_group(test_df)
         if group.prior_correct is not None:
             self.store.record_outcomes(group.prior_correct, group.prior_responses)
         slots, start, position = self.store.open_containers(group, past)
