@@ -14,13 +14,14 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from bench.fold_run import FoldRun
+from bench.kt.run import main as kt_main
 from bench.kt.run import report_lock
 from common.workspace import Workspace
 from tests.helpers import REPO, SHARED_DATA, shared_file
 
 
 @pytest.mark.slow
-def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
+def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path, capsys):
     shared_file("assist2009_pid_akt", "assist2009_pid_test1.csv")
     kept = tmp_path / "kt.txt"
     work = tmp_path / "work"
@@ -71,24 +72,16 @@ def test_tiny_slice_runs_end_to_end_and_restarts(tmp_path):
     assert f"| assist2009_pid (akt5) | baseline: question rate | {rate:.4f} |" in section
     assert "Slice run" in section
 
-    again = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "skip:" in again.stdout and "train fold" not in again.stdout
+    # the restart and the table need no process of their own: main() in this one
+    assert kt_main(command[3:]) == 0
+    again = capsys.readouterr().out
+    assert "skip:" in again and "train fold" not in again
 
     # --table-only runs nothing and rewrites the results file from the finished fold
     kept.unlink()
-    table = subprocess.run(
-        [*command, "--table-only"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert table.returncode == 0, table.stdout[-3000:] + table.stderr[-3000:]
-    assert "preparing" not in table.stdout and "skip:" not in table.stdout
+    assert kt_main([*command[3:], "--table-only"]) == 0
+    table = capsys.readouterr().out
+    assert "preparing" not in table and "skip:" not in table
     assert "| assist2009_pid (akt5) | SAINT |" in kept.read_text()
 
 
