@@ -156,7 +156,12 @@ def main() -> int:
         default=REPO / "output" / "demo",
         help="an output dir with data/ and folds/ (fold 0 is used)",
     )
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=torch.get_num_threads(),
+        help="torch threads (default: this process's, %(default)s)",
+    )
     parser.add_argument("--configs", default="d256,d256-ff256,demo")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
