@@ -265,6 +265,10 @@ BAD_INPUT_CASES = [
     Case("blank row_id", set_field("row_id", ""), ("train.csv", ROW, "column 'row_id'", "found '<blank>'", "--assign-row-ids")),
     Case("blank part", set_metadata("questions.csv", 5, "part", ""), ("questions.csv", ROW, "column 'part'", "found ''")),
     Case("part 9", set_metadata("questions.csv", 5, "part", "9"), ("questions.csv", ROW, "column 'part'", "found 9", "1..7")),
+    Case("text in tags", set_metadata("questions.csv", 5, "tags", "12 abc"), ("questions.csv", ROW, "column 'tags'", "found '12 abc'", "tag ids separated by spaces")),
+    Case("decimal tag", set_metadata("questions.csv", 5, "tags", "1.5"), ("questions.csv", ROW, "column 'tags'", "found '1.5'", "each an integer in 0..32767")),
+    Case("commas in tags", set_metadata("questions.csv", 5, "tags", "1,2"), ("questions.csv", ROW, "column 'tags'", "found '1,2'", "tag ids separated by spaces")),
+    Case("tag id past int16", set_metadata("questions.csv", 5, "tags", "3 40000"), ("questions.csv", ROW, "column 'tags'", "found '3 40000'", "0..32767")),
     Case("gzip named .csv", gzipped, ("train.csv", "gzip-compressed: decompress it first")),
     Case("semicolons", separated_by(";"), ("train.csv", "(line 1)", "separates them by semicolons")),
     Case("tabs", separated_by("\t"), ("train.csv", "(line 1)", "separates them by tabs")),
@@ -374,6 +378,17 @@ def test_failed_run_keeps_the_previous_output(tmp_path: Path, write_input) -> No
     after = {p.relative_to(output_dir): p.read_bytes() for p in output_dir.rglob("*.bin")}
     assert after == before
     assert sorted(p.name for p in output_dir.iterdir()) == [Workspace(output_dir).data.path.name]
+
+
+def test_blank_tags_are_accepted(tmp_path: Path, write_input) -> None:
+    """A question with no tags (Riiid's question 10033): its tags field blank, or spaces."""
+    input_dir = write_input(tmp_path / "input")
+    set_metadata("questions.csv", 5, "tags", "")(input_dir)
+    set_metadata("questions.csv", 6, "tags", "  ")(input_dir)
+    output_dir = tmp_path / "output"
+    preprocess(PreprocessConfig(input_dir, output_dir, progress=False), Workspace(output_dir))
+    tags = pd.read_parquet(Workspace(output_dir).data.questions)["tags"]
+    assert pd.isna(tags.iloc[4]) and tags.iloc[5] == "  ", tags.iloc[4:6].tolist()
 
 
 # ---------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from common.data.schema import (
     N_PARTS,
     QUESTION,
     QUESTIONS_DTYPES,
+    TAG_ID_MAX,
     TRAIN_COLUMNS,
     TRAIN_DTYPES,
     InputError,
@@ -200,7 +201,32 @@ def read_questions(path: Path) -> pd.DataFrame:
             "question_id",
             plain(frame["question_id"].iloc[i]),
         )
+    _check_tags(path, frame["tags"])
     return frame
+
+
+def _check_tags(path: Path, tags: pd.Series) -> None:
+    """Each question's tags are blank (no tags) or tag ids 0..TAG_ID_MAX separated by
+    spaces, as 03 --tags reads them: refused here, before any output is written."""
+    text = tags.fillna("")
+    ids = text.str.findall(r"[0-9]+")
+    well_formed = text.str.fullmatch(r" *(?:[0-9]+(?: +[0-9]+)*)? *")
+    in_range = ids.map(lambda found: all(_tag_id_in_range(tag) for tag in found))
+    bad = ~(well_formed & in_range).to_numpy(dtype=bool)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InputError(
+            str(path),
+            f"tag ids separated by spaces, each an integer in 0..{TAG_ID_MAX} (blank: no tags)",
+            i + 1,
+            "tags",
+            text.iloc[i][:200],
+        )
+
+
+def _tag_id_in_range(digits: str) -> bool:
+    significant = digits.lstrip("0") or "0"  # int() refuses strings over 4,300 digits
+    return len(significant) <= len(str(TAG_ID_MAX)) and int(significant) <= TAG_ID_MAX
 
 
 def read_lectures(path: Path) -> pd.DataFrame:

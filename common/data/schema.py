@@ -34,6 +34,10 @@ QUESTIONS_DTYPES: dict[str, str] = {
     "part": "int8",
     "tags": "string",
 }
+# questions.csv's tags: each question's tag ids, space-separated (blank: no tags). Ids stay
+# within lectures.csv's int16 `tag` column: a larger id would size 03's tag embedding table.
+TAG_ID_MAX = 32_767
+
 LECTURES_DTYPES: dict[str, str] = {
     "lecture_id": "int16",
     "tag": "int16",
