@@ -222,3 +222,11 @@ def test_ctrl_c_prints_one_line(demo, tmp_path):
     assert (
         last.startswith("interrupted: the epochs finished so far are kept") and "--resume" in last
     )
+
+
+def test_04_full_without_a_full_data_model_names_03_before_fitting_trees(streamed):
+    """The precondition comes first: no trees are fitted or written beside a model that
+    is not there (full/ would then hold trees alone, which 03 --full-data refuses)."""
+    message = refused("04_infer.py", "--output-dir", streamed, "--full")
+    assert f"03_train.py --run {RUN} --full-data" in message, message
+    assert not Workspace(streamed).run(RUN).full.path.exists()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from common.data.schema import QUESTION
+from common.data.schema import LECTURE, N_CHOICES, QUESTION, TEST_COLUMNS
 from common.errors import UserError
 
 # the columns a group's question rows are read from (the API serves all of them)
@@ -79,6 +79,150 @@ def check_one_container(
 def outcome_list(text: str) -> np.ndarray:
     """A prior_group_* string ('[1, 0, -1]') as an int64 array."""
     return np.asarray(json.loads(text), dtype=np.int64)
+
+
+class GroupError(UserError, ValueError):
+    """A test group the API would not serve (GroupChecker): where, column, found, expected."""
+
+
+# integer columns of a test group, each with the least value it may hold
+INTEGER_COLUMNS = {
+    "row_id": 0,
+    "timestamp": 0,
+    "user_id": 0,
+    "content_id": 0,
+    "content_type_id": QUESTION,
+    "task_container_id": 0,
+}
+CONTENT_TYPES = (QUESTION, LECTURE)
+CORRECT_VALUES, RESPONSE_VALUES = (0, 1), tuple(range(N_CHOICES))  # of a question row; -1: lecture
+
+
+class GroupChecker:
+    """What every test group must hold before a state reads it, checked group by group
+    in the order served: the competition's columns; integers where it has integers;
+    content_type_id 0 (question) or 1 (lecture); row_ids unique in the group; a blank or
+    non-negative prior_question_elapsed_time; prior_question_had_explanation True, False
+    or blank; and on the first row the previous group's outcome lists, parsed, one entry
+    per row of that group (-1 on its lectures, 0/1 and 0-3 on its questions; [] before
+    the first group). The notebook checks the real API's frames with it
+    (common.stream.api_loop) and 04 checks a --test-csv file with it before any work
+    (common.data.api_file), so both refuse the same groups.
+
+    `check(test_df, locate)`: `locate(i)` names the frame's row i in the message
+    ('group_num 3, row 5' for the API, 'FILE, line 17' for a file)."""
+
+    def __init__(self) -> None:
+        self.previous_types: np.ndarray | None = None  # the last group's content types
+
+    def check(self, test_df: pd.DataFrame, locate=None) -> None:
+        locate = locate or (lambda i: f"{_name(test_df)}, row {i}")
+        missing = [c for c in TEST_COLUMNS if c not in test_df.columns]
+        if missing:
+            raise GroupError(
+                f"{locate(0)}: no column {missing[0]!r}; expected the competition's "
+                f"columns {list(TEST_COLUMNS)} (found {list(test_df.columns)})"
+            )
+        values = {
+            name: _integers(test_df, name, low, locate) for name, low in INTEGER_COLUMNS.items()
+        }
+        kind = values["content_type_id"]
+        _refuse_first(
+            locate,
+            ~np.isin(kind, CONTENT_TYPES),
+            "content_type_id",
+            kind,
+            "0 (question) or 1 (lecture)",
+        )
+        row_id = values["row_id"]
+        order = np.argsort(row_id, kind="stable")
+        twice = order[1:][row_id[order][1:] == row_id[order][:-1]]
+        _refuse_first(
+            locate, np.isin(np.arange(len(row_id)), twice), "row_id", row_id, "a row_id used once"
+        )
+        elapsed = pd.to_numeric(test_df["prior_question_elapsed_time"], errors="coerce").to_numpy()
+        raw = test_df["prior_question_elapsed_time"].to_numpy()
+        bad = (np.isnan(elapsed) & ~pd.isna(raw)) | (elapsed < 0)
+        _refuse_first(
+            locate, bad, "prior_question_elapsed_time", raw, "milliseconds >= 0, or blank"
+        )
+        flags = test_df["prior_question_had_explanation"].to_numpy()
+        bad = np.array(
+            [not (pd.isna(v) or isinstance(v, (bool, np.bool_))) for v in flags], dtype=bool
+        )
+        # a CSV column with one bad value reads as text throughout: name that value, not a 'True'
+        worse = bad & ~np.isin(flags.astype(str), ("True", "False"))
+        bad = worse if worse.any() else bad
+        _refuse_first(locate, bad, "prior_question_had_explanation", flags, "True, False or blank")
+        self._check_lists(test_df, locate)
+        self.previous_types = kind
+
+    def _check_lists(self, test_df: pd.DataFrame, locate) -> None:
+        previous = self.previous_types
+        rows = 0 if previous is None else len(previous)
+        for name, allowed in ((CORRECT_LIST, CORRECT_VALUES), (RESPONSES_LIST, RESPONSE_VALUES)):
+            text = test_df[name].to_numpy()[0] if len(test_df) else "[]"
+            where = f"{locate(0)}, column {name!r}"
+            try:
+                found = json.loads(text) if isinstance(text, str) else None
+            except ValueError:
+                found = None
+            if not isinstance(found, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in found
+            ):
+                raise GroupError(
+                    f"{where}: found {text!r}; expected the previous group's outcomes on "
+                    f"the group's first row, a list of integers such as [1, 0, -1]"
+                )
+            if len(found) != rows:
+                before = (
+                    "no group before this one"
+                    if previous is None
+                    else (f"the previous group had {rows} rows")
+                )
+                raise GroupError(
+                    f"{where}: {len(found)} entries; expected one per row of the previous "
+                    f"group ({before})"
+                )
+            if not rows:
+                continue
+            values = np.asarray(found, dtype=np.int64)
+            lecture = previous == LECTURE
+            bad = np.where(lecture, values != -1, ~np.isin(values, allowed))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                what = (
+                    "-1 (a lecture row)"
+                    if lecture[i]
+                    else (f"one of {list(allowed)} (a question row)")
+                )
+                raise GroupError(
+                    f"{where}: entry {i} is {values[i]}; expected {what} for row {i} of "
+                    "the previous group"
+                )
+
+
+def _refuse_first(locate, bad: np.ndarray, column: str, values, expected: str) -> None:
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        value = values[i].item() if isinstance(values[i], np.generic) else values[i]
+        found = "a blank" if pd.isna(value) else repr(value)
+        raise GroupError(f"{locate(i)}, column {column!r}: found {found}; expected {expected}")
+
+
+def _integers(test_df: pd.DataFrame, name: str, low: int, locate) -> np.ndarray:
+    """Column `name` as int64, refused (the first row) where a value is blank, not an
+    integer or below `low`."""
+    raw = test_df[name].to_numpy()
+    if raw.dtype.kind in "iu":
+        values = raw.astype(np.int64)
+    else:
+        number = pd.to_numeric(test_df[name], errors="coerce").to_numpy(dtype=np.float64)
+        whole = ~np.isnan(number) & (number == np.round(number)) & (np.abs(number) < 2**62)
+        _refuse_first(locate, ~whole, name, raw, "an integer")
+        values = number.astype(np.int64)
+    _refuse_first(locate, values < low, name, raw, f"an integer >= {low}")
+    return values
 
 
 @dataclass

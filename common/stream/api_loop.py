@@ -10,6 +10,7 @@ import time
 import pandas as pd
 from tqdm import tqdm
 
+from common.data.api_group import GroupChecker
 from common.data.schema import QUESTION
 
 
@@ -37,9 +38,11 @@ def stream_loop(env, state, progress: bool = True) -> dict:
     at: a sample of a stream's first rows holds more builds per row than the whole)."""
     rows = groups = 0
     predicting = 0.0
+    checker = GroupChecker()  # what the API serves is checked before any state reads it
     begin = time.perf_counter()
     bar = tqdm(env.iter_test(), desc="groups", unit=" groups", disable=not progress)
     for test_df, _sample in bar:
+        checker.check(test_df)
         start = time.perf_counter()
         predictions = group_predictions(test_df, state.predict(test_df))
         predicting += time.perf_counter() - start

@@ -97,6 +97,17 @@ class InferConfig:
         check_device(self.device)
         if self.test_csv is not None and not self.kaggle.export:
             raise ValueError("--test-csv tries the export: drop --no-export")
+        several = self.fold == "all" or (isinstance(self.fold, tuple) and len(self.fold) > 1)
+        if self.test_csv is not None and several and not self.full:
+            raise ValueError(
+                "--test-csv tries the export of one model, and several folds export none: "
+                "give one --fold"
+            )
+        if self.full and self.fold != 0:  # a fold given (a --fold value is a tuple)
+            raise ValueError(
+                "--full exports the full-data model (full/, no fold): drop --fold, or drop "
+                "--full to stream a fold"
+            )
 
     @property
     def max_state_bytes(self) -> int | None:

@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 
 from common import cli
+from common.data.api_file import check_api_file
 from common.data.dataset import Dataset
 from common.data.fold_data import fold_count
 from common.errors import UserError
@@ -31,10 +32,18 @@ def infer(config: InferConfig, workspace: Workspace, name: str | None) -> None:
     if config.competition or importlib.util.find_spec("riiideducation") is not None:
         run_competition(config, workspace, name)
         return
+    if config.test_csv is not None:  # the trial's file, checked before any work
+        check_api_file(config.test_csv)
     run = choose_run(workspace, name, latest_run(workspace))
     if config.full:  # nothing to stream: the full-data model has seen every student
         if not config.kaggle.export:
             raise UserError("--full exports the full-data model's bundle: drop --no-export")
+        model = run.full.checkpoint(config.checkpoint)
+        if not model.exists():  # before the trees are fitted beside it
+            raise UserError(
+                f"run {run.name} has no full-data model ({model}): train it with "
+                f"03_train.py --run {run.name} --full-data, then run this again"
+            )
         if config.trees:
             fit_full_bundle(config, run)
         export(replace(config, fold=0), run)

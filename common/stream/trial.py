@@ -28,7 +28,10 @@ import sys
 sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
 sys.path.insert(0, sys.argv[2])  # the stand-in riiideducation
 cell = open(sys.argv[1]).read()
-exec(compile(cell, "submission.ipynb", "exec"), {"__name__": "__main__"})
+try:
+    exec(compile(cell, "submission.ipynb", "exec"), {"__name__": "__main__"})
+except KeyboardInterrupt:  # Ctrl-C reached 04 too, which says it in one line
+    sys.exit(130)
 """
 
 
