@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     return cli.guarded(
         lambda: convert(config, output_dir),
         "nothing was written (the output folder appears whole or not at all); run it again",
+        output_dir,
     )
 
 

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     cli.add_config_flags(parser, DemoConfig, only=("n_users", "n_questions", "seed", "max_events"))
     config, args = cli.parse_config(parser, DemoConfig, argv, stage="demo")
-    return cli.guarded(lambda: write_demo(config, args.output_dir))
+    return cli.guarded(lambda: write_demo(config, args.output_dir), output_dir=args.output_dir)
 
 
 def write_demo(config: DemoConfig, output_dir: Path) -> None:

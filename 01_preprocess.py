@@ -19,7 +19,11 @@ def main(argv: list[str] | None = None) -> int:
         print(preprocess(config, workspace).report())
         print(f"wrote {workspace.data.path}")
 
-    return cli.guarded(run, "nothing was written (data/ appears whole or not at all); run it again")
+    return cli.guarded(
+        run,
+        "nothing was written (data/ appears whole or not at all); run it again",
+        config.output_dir,
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {workspace.folds.path}")
 
     return cli.guarded(
-        run, "nothing was written (folds/ appears whole or not at all); run it again"
+        run,
+        "nothing was written (folds/ appears whole or not at all); run it again",
+        args.output_dir,
     )
 
 

@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         run,
         "the epochs finished so far are kept in the run's fold folder (epoch_NN.pt, best.pt); "
         "the same command with --resume continues after the last one",
+        args.output_dir,
     )
 
 

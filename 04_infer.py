@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: infer(config, Workspace(args.output_dir), args.run),
         "the folds streamed so far are kept; the same command streams the others (with "
         "--fold all, a fold streamed already is kept)",
+        args.output_dir,
     )
 
 

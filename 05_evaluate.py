@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from common import cli
+from common.errors import UserError
 from common.report.evaluate import EvaluateConfig, Evaluation, evaluate
 from common.runs.folders import choose_run
 from common.runs.table import latest_run, runs_text
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> None:
         workspace = Workspace(args.output_dir)
+        if not workspace.path.is_dir():
+            raise UserError(
+                f"--output-dir {workspace.path}: no such folder (the pipeline's output)"
+            )
         if args.runs:
             print(runs_text(workspace))
             return
@@ -44,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         report(evaluate(run, args.input_dir, config))
 
     return cli.guarded(
-        body, "the run's report (report.md, report/) is as it was: run the command again"
+        body,
+        "the run's report (report.md, report/) is as it was: run the command again",
+        args.output_dir,
     )
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from common import recipe
 from common.errors import UserError
+from common.files import no_new_empty_folders
 from common.options import Range, check_range
 
 
@@ -490,12 +491,16 @@ def path_flags(
 INTERRUPTED = 130  # a shell's status for a process stopped by Ctrl-C (128 + SIGINT)
 
 
-def guarded(body: Callable[[], int | None], interrupted: str = "") -> int:
+def guarded(
+    body: Callable[[], int | None], interrupted: str = "", output_dir: Path | None = None
+) -> int:
     """Run a script's body; a failure the user can fix prints `error: ...` and returns 2;
     Ctrl-C prints one line, `interrupted: ` and what was kept and how to go on (every file
-    is written whole: a temp file, then a rename), and returns 130."""
+    is written whole: a temp file, then a rename), and returns 130. Whatever ends the body
+    early, the empty folders it made under `output_dir` are removed (no_new_empty_folders)."""
     try:
-        return body() or 0
+        with no_new_empty_folders(output_dir) if output_dir else contextlib.nullcontext():
+            return body() or 0
     except (UserError, FileNotFoundError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from common.errors import UserError
+
 
 def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -45,6 +47,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary directory beside `path`; on success it takes the place of
     `path` (an older `path` is removed only after the new one is complete)."""
     path = Path(path)
+    if path.exists() and not path.is_dir():  # refused before anything is written
+        raise UserError(f"{path} is a file where a folder belongs: move or delete it")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_name(path)
     if tmp.exists():
@@ -62,6 +66,32 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         for leftover in (tmp, old):
             if leftover.exists():
                 shutil.rmtree(leftover)
+
+
+@contextlib.contextmanager
+def no_new_empty_folders(root: str | os.PathLike) -> Iterator[None]:
+    """If the block fails (a refusal, an error, Ctrl-C), the folders it made under `root`
+    (`root` included) that hold nothing are removed again: a refused stage leaves no empty
+    output or run folder for later stages to take for a run. Folders that hold a file (a
+    finished epoch, to resume from) stay."""
+    root = Path(root)
+    before = _folders(root)
+    try:
+        yield
+    except BaseException:
+        for folder in sorted(_folders(root) - before, key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):  # not empty: kept
+                folder.rmdir()
+        raise
+
+
+def _folders(root: Path) -> set[Path]:
+    if not root.is_dir():
+        return set()
+    found = {root}
+    for parent, names, _ in os.walk(root):
+        found.update(Path(parent) / name for name in names)
+    return found
 
 
 @contextlib.contextmanager

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from common.errors import UserError
+
 
 class DataFolder:
     """data/: what stage 1 wrote."""
@@ -96,6 +98,17 @@ class FoldsFolder:
     def row_folds(self) -> Path:
         """row_id, fold, role of every row."""
         return self.path / "row_folds.csv"
+
+
+def check_folders(*paths: Path) -> None:
+    """Refuse (UserError, before any work) a file, or anything but a folder, where one of
+    `paths` names a folder a stage reads or writes: it would fail there later, half-way,
+    or send the user back a stage that fails on the same file."""
+    for path in paths:
+        if path.exists() and not path.is_dir():
+            raise UserError(
+                f"{path} is a file where the pipeline keeps a folder: move or delete it"
+            )
 
 
 class ModelFolder:
@@ -286,6 +299,7 @@ class KaggleFolder:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        check_folders(self.path, self.dataset, self.kernel, self.trial)
 
     @property
     def dataset(self) -> Path:
@@ -304,10 +318,22 @@ class KaggleFolder:
 class Run:
     """One experiment, <output>/runs/NAME/."""
 
+    KAGGLE = "kaggle"
+
     def __init__(self, workspace: Workspace, name: str):
         self.workspace = workspace
         self.name = name
         self.path = workspace.runs / name
+        check_folders(self.path)
+        if self.path.is_dir():  # its model folders, report/ and kaggle/
+            check_folders(*(p for p in self.path.iterdir() if self._is_folder_name(p.name)))
+
+    @staticmethod
+    def _is_folder_name(name: str) -> bool:
+        """A name the run keeps a folder under: fold{k}, full, report, kaggle."""
+        return name in (ModelFolder.FULL, ReportFolder.NAME, Run.KAGGLE) or (
+            name.startswith(ModelFolder.PREFIX) and name[len(ModelFolder.PREFIX) :].isdigit()
+        )
 
     def fold(self, index: int) -> ModelFolder:
         """Where stages 3 and 4 write for fold `index`."""
@@ -348,7 +374,7 @@ class Run:
     @property
     def kaggle(self) -> KaggleFolder:
         """04's default export folder."""
-        return KaggleFolder(self.path / "kaggle")
+        return KaggleFolder(self.path / Run.KAGGLE)
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -360,6 +386,7 @@ class Workspace:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._loaded: dict[Any, Any] = {}
+        check_folders(self.path, self.data.path, self.folds.path, self.runs)
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.path)!r})"

@@ -85,14 +85,15 @@ class GroupError(UserError, ValueError):
     """A test group the API would not serve (GroupChecker): where, column, found, expected."""
 
 
-# integer columns of a test group, each with the least value it may hold
+# integer columns of a test group, each with the least value it may hold (None: any; an
+# unknown student or question, even a negative id, is predicted as new)
 INTEGER_COLUMNS = {
     "row_id": 0,
     "timestamp": 0,
-    "user_id": 0,
-    "content_id": 0,
-    "content_type_id": QUESTION,
-    "task_container_id": 0,
+    "user_id": None,
+    "content_id": None,
+    "content_type_id": None,  # 0 or 1: checked on its own
+    "task_container_id": None,
 }
 CONTENT_TYPES = (QUESTION, LECTURE)
 CORRECT_VALUES, RESPONSE_VALUES = (0, 1), tuple(range(N_CHOICES))  # of a question row; -1: lecture
@@ -221,7 +222,8 @@ def _integers(test_df: pd.DataFrame, name: str, low: int, locate) -> np.ndarray:
         whole = ~np.isnan(number) & (number == np.round(number)) & (np.abs(number) < 2**62)
         _refuse_first(locate, ~whole, name, raw, "an integer")
         values = number.astype(np.int64)
-    _refuse_first(locate, values < low, name, raw, f"an integer >= {low}")
+    if low is not None:
+        _refuse_first(locate, values < low, name, raw, f"an integer >= {low}")
     return values
 
 

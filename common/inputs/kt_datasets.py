@@ -97,6 +97,11 @@ class ConversionConfig:
             )
         if not self.inputs:
             raise ValueError("inputs: expected at least one input file")
+        for path in map(Path, self.inputs):  # before anything is read or written
+            if path.is_dir():
+                raise ValueError(f"inputs: {path} is a folder; expected a file of the dataset")
+            if not path.exists():
+                raise ValueError(f"inputs: {path}: no such file")
         if self.input_folds is not None:
             if len(self.input_folds) != len(self.inputs):
                 raise ValueError(

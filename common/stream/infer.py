@@ -34,6 +34,8 @@ def infer(config: InferConfig, workspace: Workspace, name: str | None) -> None:
         return
     if config.test_csv is not None:  # the trial's file, checked before any work
         check_api_file(config.test_csv)
+    if config.kaggle.export and config.kaggle.kaggle_dir is not None:
+        KaggleFolder(config.kaggle.kaggle_dir)  # refuses a file where its folders go
     run = choose_run(workspace, name, latest_run(workspace))
     if config.full:  # nothing to stream: the full-data model has seen every student
         if not config.kaggle.export:
