@@ -12,12 +12,16 @@ import io
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common.data.api_file import ApiFileError, check_api_file
-from common.data.api_group import GroupChecker, GroupError
+from common.data.api_group import GroupChecker, GroupError, read_group
 from common.stream.api_loop import stream_loop
 from common.stream.trial import LAUNCHER
 from tests.helpers import SHARED_DATA, run_numbered_script, shared_file
@@ -240,3 +244,47 @@ def test_ctrl_c_in_the_trial_ends_the_child_without_a_traceback(tmp_path):
     command = [sys.executable, tmp_path / "launcher.py", tmp_path / "cell.py", tmp_path]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr
+
+
+NASTY = ["", "abc", "-1", "2", "1.5", "1e99", "[", "[1, 2]", "True", "nan", ";", '"', "0x1"]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_any_damage_to_a_test_file_is_accepted_or_refused_in_one_line(data):
+    """Generated damage (a field set to a nasty value, a line dropped, doubled or swapped,
+    the text cut short): check_api_file returns, or refuses in one line naming the file;
+    never another exception. A file it accepts, the states read group by group."""
+    lines = shared_file(*EXAMPLE).read_text().splitlines(keepends=True)
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        op = data.draw(st.sampled_from(["field", "drop", "double", "swap", "cut"]))
+        if op == "field":
+            records = list(csv.reader(io.StringIO(lines[i])))
+            fields = records[0] if records else [""]
+            fields[data.draw(st.integers(0, len(fields) - 1))] = data.draw(st.sampled_from(NASTY))
+            out = io.StringIO()
+            csv.writer(out, lineterminator="\n").writerow(fields)
+            lines[i] = out.getvalue()
+        elif op == "drop" and len(lines) > 1:
+            del lines[i]
+        elif op == "double":
+            lines.insert(i, lines[i])
+        elif op == "swap":
+            j = data.draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "cut":
+            lines[i] = lines[i][: data.draw(st.integers(0, len(lines[i])))]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "test.csv"
+        path.write_text("".join(lines))
+        try:
+            summary = check_api_file(path)
+        except (ApiFileError, GroupError) as error:
+            message = str(error)
+            assert len(message.splitlines()) == 1 and str(path) in message, message
+            return
+        frame = pd.read_csv(path)
+        for _, group in frame.groupby("group_num", sort=False):
+            read_group(group.set_index("group_num"))
+        assert summary["rows"] == len(frame)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.data.api_group import GroupChecker
+from common.data.api_group import ContainerRuleError, GroupChecker, read_group
 from common.data.schema import TEST_COLUMNS
 from common.errors import UserError
 
@@ -56,6 +56,11 @@ def check_api_file(path: Path) -> dict[str, int]:
     for start, end in zip(starts, [*starts[1:], len(frame)], strict=True):
         group = frame.iloc[start:end].set_index(GROUP)
         checker.check(group, lambda i, start=start: f"{path}, line {data_lines[start + i]}")
+        try:  # the one-container rule, as the states read the group
+            read_group(group)
+        except ContainerRuleError as error:
+            lines = f"lines {data_lines[start]}-{data_lines[end - 1]}"
+            raise ApiFileError(f"{path}, {lines}: {error}") from None
     kind = frame["content_type_id"].to_numpy()
     return {"rows": len(frame), "groups": len(starts), "question_rows": int((kind == 0).sum())}
 
