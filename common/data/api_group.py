@@ -95,7 +95,6 @@ INTEGER_COLUMNS = {
     "content_type_id": None,  # 0 or 1: checked on its own
     "task_container_id": None,
 }
-CONTENT_TYPES = (QUESTION, LECTURE)
 CORRECT_VALUES, RESPONSE_VALUES = (0, 1), tuple(range(N_CHOICES))  # of a question row; -1: lecture
 
 
@@ -130,31 +129,39 @@ class GroupChecker:
         kind = values["content_type_id"]
         _refuse_first(
             locate,
-            ~np.isin(kind, CONTENT_TYPES),
+            (kind != QUESTION) & (kind != LECTURE),
             "content_type_id",
             kind,
             "0 (question) or 1 (lecture)",
         )
         row_id = values["row_id"]
-        order = np.argsort(row_id, kind="stable")
-        twice = order[1:][row_id[order][1:] == row_id[order][:-1]]
-        _refuse_first(
-            locate, np.isin(np.arange(len(row_id)), twice), "row_id", row_id, "a row_id used once"
-        )
-        elapsed = pd.to_numeric(test_df["prior_question_elapsed_time"], errors="coerce").to_numpy()
+        if len(np.unique(row_id)) < len(row_id):
+            order = np.argsort(row_id, kind="stable")
+            twice = np.zeros(len(row_id), dtype=bool)
+            twice[order[1:][row_id[order][1:] == row_id[order][:-1]]] = True
+            _refuse_first(locate, twice, "row_id", row_id, "a row_id used once")
         raw = test_df["prior_question_elapsed_time"].to_numpy()
-        bad = (np.isnan(elapsed) & ~pd.isna(raw)) | (elapsed < 0)
+        if raw.dtype.kind == "f":
+            bad = raw < 0
+        else:
+            elapsed = pd.to_numeric(test_df["prior_question_elapsed_time"], errors="coerce")
+            elapsed = elapsed.to_numpy(dtype=np.float64)
+            bad = (np.isnan(elapsed) & ~pd.isna(raw)) | (elapsed < 0)
         _refuse_first(
             locate, bad, "prior_question_elapsed_time", raw, "milliseconds >= 0, or blank"
         )
         flags = test_df["prior_question_had_explanation"].to_numpy()
-        bad = np.array(
-            [not (pd.isna(v) or isinstance(v, (bool, np.bool_))) for v in flags], dtype=bool
-        )
-        # a CSV column with one bad value reads as text throughout: name that value, not a 'True'
-        worse = bad & ~np.isin(flags.astype(str), ("True", "False"))
-        bad = worse if worse.any() else bad
-        _refuse_first(locate, bad, "prior_question_had_explanation", flags, "True, False or blank")
+        if flags.dtype != bool:
+            bad = np.array(
+                [not (v is None or v != v or isinstance(v, (bool, np.bool_))) for v in flags],
+                dtype=bool,
+            )
+            # a CSV column with one bad value reads as text throughout: name it, not a 'True'
+            worse = bad & ~np.isin(flags.astype(str), ("True", "False"))
+            bad = worse if worse.any() else bad
+            _refuse_first(
+                locate, bad, "prior_question_had_explanation", flags, "True, False or blank"
+            )
         self._check_lists(test_df, locate)
         self.previous_types = kind
 
@@ -162,7 +169,7 @@ class GroupChecker:
         previous = self.previous_types
         rows = 0 if previous is None else len(previous)
         for name, allowed in ((CORRECT_LIST, CORRECT_VALUES), (RESPONSES_LIST, RESPONSE_VALUES)):
-            text = test_df[name].to_numpy()[0] if len(test_df) else "[]"
+            text = test_df[name].iat[0] if len(test_df) else "[]"
             where = f"{locate(0)}, column {name!r}"
             try:
                 found = json.loads(text) if isinstance(text, str) else None
@@ -189,7 +196,8 @@ class GroupChecker:
                 continue
             values = np.asarray(found, dtype=np.int64)
             lecture = previous == LECTURE
-            bad = np.where(lecture, values != -1, ~np.isin(values, allowed))
+            low, high = allowed[0], allowed[-1]  # ranges
+            bad = np.where(lecture, values != -1, (values < low) | (values > high))
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 what = (
