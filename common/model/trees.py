@@ -32,6 +32,7 @@ BITSET_WORDS = 8  # scikit-learn's bitsets: 8 uint32 words, categories 0..255
 BITSET_VALUES = 32 * BITSET_WORDS
 # (tree, row) pairs walked at once: more rows fall out of the CPU's caches and run slower
 WALK_PAIRS = 1 << 18
+ZIP_START = b"PK\x03\x04"  # the first bytes of a zip file, so of an .npz
 
 
 @dataclass
@@ -141,13 +142,108 @@ class Trees:
 
     @classmethod
     def load(cls, path) -> Trees:
+        """The trees `save` wrote, checked (`check`); ValueError where the arrays are not
+        Trees', and read_arrays' errors where the file is not an .npz."""
         names = [f.name for f in fields(cls)]
-        with np.load(str(path), allow_pickle=False) as saved:
-            if sorted(saved.files) != sorted(names):
-                raise ValueError(
-                    f"{path}: arrays {sorted(saved.files)}, expected Trees' {sorted(names)}"
-                )
-            return cls(**{name: saved[name] for name in names})
+        saved = read_arrays(path)
+        if sorted(saved) != sorted(names):
+            raise ValueError(f"arrays {sorted(saved)}, expected Trees' {sorted(names)}")
+        trees = cls(**saved)
+        trees.check()
+        return trees
+
+    def check(self) -> None:
+        """Raise ValueError unless the arrays have the kinds and shapes of FIELDS and hold
+        trees the predictor can walk: every index in range, and each split's children
+        after it (scikit-learn numbers nodes depth first), so no path loops."""
+        for name, (ndim, kinds) in FIELDS.items():
+            array = getattr(self, name)
+            if not isinstance(array, np.ndarray) or array.ndim != ndim:
+                raise ValueError(f"{name}: expected {ndim} dimension(s), found {describe(array)}")
+            if array.dtype.kind not in kinds:
+                raise ValueError(f"{name}: expected dtype kind {kinds!r}, found {array.dtype}")
+        sizes = {
+            "n_inputs": ("columns", "order", "categorical", "known_row"),
+            "n_trees": ("tree_root", "tree_bitset"),
+            "n_nodes": tuple(name for name in FIELDS if name.startswith("node_")),
+        }
+        for size, names in sizes.items():
+            lengths = {len(getattr(self, name)) for name in names}
+            if len(lengths) != 1 or 0 in lengths:
+                raise ValueError(f"{', '.join(names)}: expected one length ({size}) over 0")
+        for name in ("left_bitsets", "known_bitsets"):
+            if getattr(self, name).shape[1] != BITSET_WORDS:
+                raise ValueError(f"{name}: expected {BITSET_WORDS} words a row")
+        self.check_indices()
+
+    def check_indices(self) -> None:
+        """`check`'s indices: the column order, category slices, roots, children, split
+        columns and bitset rows in range; leaf values and the baseline finite. In order:
+        each check may index with what the checks before it passed."""
+        n_inputs, n_nodes = len(self.columns), len(self.node_is_leaf)
+        split = np.flatnonzero(~self.node_is_leaf)
+        categorical = split[self.node_categorical[split]]
+        offsets = self.category_offsets
+        slices = len(offsets) == int(self.categorical.sum()) + 1 and offsets[0] == 0
+        wrong = None
+        if not np.array_equal(np.sort(self.order), np.arange(n_inputs)):
+            wrong = "order"
+        elif np.any(self.columns < 0):
+            wrong = "columns"
+        elif not slices or np.any(np.diff(offsets) < 0) or offsets[-1] != len(self.categories):
+            wrong = "category_offsets"
+        elif not in_range(self.tree_root, 0, n_nodes):
+            wrong = "tree_root"
+        elif not in_range(self.node_left[split] - split, 1, n_nodes - split):
+            wrong = "node_left"
+        elif not in_range(self.node_right[split] - split, 1, n_nodes - split):
+            wrong = "node_right"
+        elif not in_range(self.node_feature[split], 0, n_inputs):
+            wrong = "node_feature"
+        elif not in_range(self.node_bitset[categorical], 0, len(self.left_bitsets)):
+            wrong = "node_bitset"
+        elif not in_range(
+            self.known_row[self.node_feature[categorical]], 0, len(self.known_bitsets)
+        ):
+            wrong = "known_row"
+        elif not np.all(np.isfinite(self.node_value[self.node_is_leaf])):
+            wrong = "node_value"
+        elif not np.isfinite(self.baseline):
+            wrong = "baseline"
+        if wrong:
+            raise ValueError(f"{wrong}: values out of range for these trees")
+
+
+# each field's dimensions and numpy dtype kinds (b: bool, i: signed, u: unsigned, f: float)
+FIELDS = {f.name: (1, "i") for f in fields(Trees)}
+FIELDS.update(
+    categorical=(1, "b"), categories=(1, "f"), baseline=(0, "f"), node_threshold=(1, "f"),
+    node_missing_left=(1, "b"), node_is_leaf=(1, "b"), node_value=(1, "f"),
+    node_categorical=(1, "b"), left_bitsets=(2, "u"), known_bitsets=(2, "u"),
+)  # fmt: skip
+
+
+def read_arrays(path) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, read whole (no pickles). Where the file is not an .npz
+    of plain arrays: ValueError, or what numpy and zipfile raise (OSError, EOFError,
+    zipfile.BadZipFile, ...: common.model.blend_bundle.NPZ_ERRORS)."""
+    with open(str(path), "rb") as file:
+        if file.read(len(ZIP_START)) != ZIP_START:  # else np.load would try it as a pickle
+            raise ValueError("it does not start as an .npz (a zip file) does")
+    with np.load(str(path), allow_pickle=False) as saved:
+        return {name: saved[name] for name in saved.files}
+
+
+def describe(array) -> str:
+    """An array's dtype and shape, or what else it is, for an error."""
+    if isinstance(array, np.ndarray):
+        return f"{array.dtype} of shape {array.shape}"
+    return type(array).__name__
+
+
+def in_range(values: np.ndarray, low, high) -> bool:
+    """Whether every value lies in [low, high) (bounds: numbers or arrays like `values`)."""
+    return bool(np.all((values >= low) & (values < high)))
 
 
 def encode_categories(values: np.ndarray, known: np.ndarray) -> np.ndarray:

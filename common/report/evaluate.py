@@ -262,7 +262,7 @@ def evaluate(run: Run, input_dir: Path, config: EvaluateConfig) -> Evaluation:
     data = Dataset.of(run.workspace)
     rows, blends, no_blend = scored_rows(run, folds, data, config)
     if (input_dir / TRUTH_FILE).exists():
-        rows = add_oracle(rows, input_dir / TRUTH_FILE)
+        rows = add_oracle(rows, input_dir / TRUTH_FILE, data)
     table = metric_table(rows, config)
     summaries = {k: stream_summary(run.fold(k)) for k in folds}
     head = describe(table, blends, no_blend, summaries, run)

@@ -18,7 +18,7 @@ from common.data.fold_data import Fold, FoldMismatchError, check_fold_fingerprin
 from common.data.past_features import past_features
 from common.data.schema import QUESTION
 from common.errors import UserError
-from common.model.blend_bundle import BlendBundle
+from common.model.blend_bundle import DIGESTS, BlendBundle, BlendFileError, rewrite_in_run
 from common.model.blending import BLEND
 from common.model.boosting import TREES
 from common.report.baselines import BaselineConfig, baseline_scores
@@ -123,14 +123,11 @@ def streamed_blend(
     """(trees, blend) of a stream that ran with 04's blend bundle: the bundle's trees
     score the batch past-event features of the streamed rows (common.data.past_features,
     not the online state 04 streamed with), and the blend is the bundle's weight applied
-    to the streamed model's probabilities. Each must agree with what 04 streamed to
-    AGREE, or the file is refused: the online and batch features, or the predictors,
-    have parted."""
-    bundle = BlendBundle.load(folder)
-    if bundle is None:
-        raise ValueError(
-            f"{path}: has trees_prediction, but the fold's {folder.trees.name} is gone"
-        )
+    to the streamed model's probabilities. The bundle's files must be whole and the ones
+    04 streamed with (`streamed_bundle`); then each score must agree with what 04
+    streamed to AGREE, or the file is refused: the online and batch features, or the
+    predictors, have parted."""
+    bundle = streamed_bundle(path, folder)
     features = past_features(data.sequences, entries, bundle.skill, bundle.rates)
     trees = bundle.trees.probability(features)
     _check_close(path, "trees_prediction", predictions["trees_prediction"], trees)
@@ -140,6 +137,35 @@ def streamed_blend(
     blend = bundle.blend(model, trees)
     _check_close(path, "prediction", predictions["prediction"], blend)
     return trees, blend
+
+
+def streamed_bundle(path: Path, folder: ModelFolder) -> BlendBundle:
+    """The fold's blend files (BlendBundle.load's checks), refused (BlendFileError) where
+    they are gone, or are not the ones 04 streamed with: blend.json's weight, or an array
+    file's digest, is not what the fold's stream_summary.json records."""
+    again = rewrite_in_run(folder)
+    bundle = BlendBundle.load(folder, again)
+    if bundle is None:
+        raise BlendFileError(
+            f"{path} has trees_prediction, but {folder.path} holds none of "
+            f"{', '.join(ModelFolder.BLEND_FILES)}; {again}"
+        )
+    streamed = stream_summary(folder).get("blend") or {}
+    summary = folder.stream_summary.name
+    if "weight" in streamed and streamed["weight"] != bundle.weight:
+        raise BlendFileError(
+            f"{folder.blend}: weight {bundle.weight}, but 04 streamed the fold with "
+            f"{streamed['weight']} ({summary}): the weight file changed after 04 streamed; "
+            f"{again}"
+        )
+    digests = bundle.record[DIGESTS]
+    for name, digest in (streamed.get(DIGESTS) or {}).items():
+        if name in digests and digests[name] != digest:
+            raise BlendFileError(
+                f"{folder.file(name)} is not the file 04 streamed the fold with (its digest "
+                f"is not the one {summary} records): it changed after 04 streamed; {again}"
+            )
+    return bundle
 
 
 def _check_close(path: Path, column: str, streamed: pd.Series, batch: np.ndarray) -> None:
@@ -263,16 +289,51 @@ def _check_agrees(path: Path, column: str, given: pd.Series, expected: np.ndarra
         )
 
 
-def add_oracle(rows: pd.DataFrame, truth_path: Path) -> pd.DataFrame:
-    """Join demo_truth.csv (row_id, p_true) as the oracle score; every row must have one."""
-    truth = pd.read_csv(truth_path, usecols=["row_id", "p_true"])
-    if truth["row_id"].duplicated().any():
-        raise ValueError(f"{truth_path}: duplicate row_id values")
-    p_true = truth.set_index("row_id")["p_true"].reindex(rows["row_id"].to_numpy()).to_numpy()
-    if np.isnan(p_true).any():
-        raise ValueError(
-            f"{truth_path}: {int(np.isnan(p_true).sum()):,} streamed rows have no p_true"
+class TruthFileError(UserError):
+    """demo_truth.csv unreadable, or not the truth of the demo 01 read."""
+
+
+def add_oracle(rows: pd.DataFrame, truth_path: Path, data: Dataset) -> pd.DataFrame:
+    """Join demo_truth.csv (row_id, p_true of each question row of 00's demo) as the
+    oracle score. Refused (TruthFileError) unless it holds a probability for each question
+    row of `data` (what 01 read) and for nothing else: another demo's file is not joined."""
+    truth = read_truth(truth_path)
+    arrays = data.arrays
+    questions = np.asarray(arrays["row_id"])[np.asarray(arrays["content_type_id"]) == QUESTION]
+    ids = truth["row_id"].to_numpy()
+    unknown, missing = np.setdiff1d(ids, questions), np.setdiff1d(questions, ids)
+    if len(unknown) or len(missing):
+        example = f"row_id {unknown[0]}" if len(unknown) else f"no row_id {missing[0]}"
+        raise TruthFileError(
+            f"{truth_path} is not the truth of the demo 01 read: {len(unknown):,} of its "
+            f"{len(ids):,} row_ids are not question rows of the data and {len(missing):,} of "
+            f"the data's {len(questions):,} question rows have none (e.g. {example}); give "
+            "--input-dir the folder 00 wrote this demo in (or one without demo_truth.csv)"
         )
+    p_true = truth.set_index("row_id")["p_true"].reindex(rows["row_id"].to_numpy()).to_numpy()
     rows = rows.copy()
     rows[ORACLE] = p_true
     return rows
+
+
+def read_truth(path: Path) -> pd.DataFrame:
+    """demo_truth.csv's row_id (integers, once each) and p_true (probabilities)."""
+    try:
+        truth = pd.read_csv(path, usecols=["row_id", "p_true"])
+    except (OSError, UnicodeDecodeError, ValueError) as error:  # pandas' parse errors
+        reason = " ".join(str(error).split())
+        raise TruthFileError(
+            f"{path} cannot be read as 00's demo_truth.csv, columns row_id and p_true "
+            f"({type(error).__name__}: {reason})"
+        ) from None
+    p_true = pd.to_numeric(truth["p_true"], errors="coerce").to_numpy(dtype=np.float64)
+    problem = None
+    if not pd.api.types.is_integer_dtype(truth["row_id"]):
+        problem = f"row_id of dtype {truth['row_id'].dtype}, expected integers"
+    elif truth["row_id"].duplicated().any():
+        problem = f"row_id {truth['row_id'][truth['row_id'].duplicated()].iloc[0]} twice"
+    elif not np.all((p_true >= 0) & (p_true <= 1)):  # NaN and text included
+        problem = "a p_true that is not a probability in [0, 1]"
+    if problem:
+        raise TruthFileError(f"{path}: {problem} (00 writes demo_truth.csv)")
+    return truth.assign(p_true=p_true)

@@ -5,11 +5,10 @@ run folder: these readers hand it what it needs."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
+from common.model.blend_bundle import BlendBundle, rewrite_in_run
 from common.model.blending import InnerPredictions
 from common.model.checkpoint import CheckpointError, read_checkpoint
 from common.workspace import ModelFolder, Run
@@ -42,8 +41,10 @@ def inner_predictions(folder: ModelFolder) -> InnerPredictions:
 
 def fold_weights(run: Run) -> dict[int, float | None]:
     """fold: the blend weight 04 chose for it (None: none chosen), for each fold of the
-    run with a blend file."""
+    run with blend files (read and checked whole: common.model.blend_bundle)."""
+    holding = {k for name in ModelFolder.BLEND_FILES for k in run.folds_holding(name)}
     weights = {}
-    for k in run.folds_holding(ModelFolder.BLEND):
-        weights[k] = json.loads(run.fold(k).blend.read_text()).get("weight")
+    for k in sorted(holding):
+        folder = run.fold(k)
+        weights[k] = BlendBundle.load(folder, rewrite_in_run(folder)).weight
     return weights

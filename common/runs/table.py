@@ -8,11 +8,14 @@ sorted (`sorted_runs`).
 from __future__ import annotations
 
 import csv
+import io
 import math
+import re
 import time
 
 import pandas as pd
 
+from common.errors import UserError
 from common.files import atomic_file, file_lock
 from common.model.saint import preset_name
 from common.workspace import Workspace
@@ -62,10 +65,7 @@ def append_run_row(workspace: Workspace, row: dict) -> None:
     path = workspace.runs_table
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.parent):  # the output folder: a lock file would sit beside it
-        rows = []
-        if path.exists():
-            with open(path, newline="") as f:
-                rows = list(csv.DictReader(f))
+        rows = read_rows(workspace)
         rows.append({k: _shown(row.get(k)) for k in COLUMNS})
         with atomic_file(path) as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -73,13 +73,73 @@ def append_run_row(workspace: Workspace, row: dict) -> None:
             writer.writerows(rows)
 
 
-def read_runs(workspace: Workspace) -> pd.DataFrame:
+class RunsTableError(UserError):
+    """runs.csv is not the table 03, 04 and 05 write (bytes appended, a line cut short)."""
+
+
+FINISHED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d([+-]\d{4})?")  # time.strftime's
+
+
+def read_rows(workspace: Workspace) -> list[dict[str, str]]:
+    """runs.csv's rows as written (none without the file), checked (`table_problem`);
+    RunsTableError naming the file, the line and what is wrong."""
     path = workspace.runs_table
     if not path.exists():
-        return pd.DataFrame(columns=list(COLUMNS))
-    # text as written (a run may be named NA or null); the figures as numbers
-    table = pd.read_csv(path, dtype=str, keep_default_na=False)
-    table = table.reindex(columns=list(COLUMNS), fill_value="")  # a file from before a column
+        return []
+    try:
+        reader = csv.reader(io.StringIO(path.read_text(encoding="utf-8"), newline=""))
+        lines = [(reader.line_num, fields) for fields in reader if fields]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise RunsTableError(
+            f"{path} cannot be read ({type(error).__name__}: {error}); {DAMAGED}"
+        ) from None
+    if not lines:
+        return []
+    header = lines[0][1]
+    rows = [dict(zip(header, fields, strict=False)) for _, fields in lines[1:]]  # lengths: below
+    problem = table_problem(header, lines[1:], rows)
+    if problem:
+        raise RunsTableError(f"{path}: line {problem[0]}: {problem[1]}; {DAMAGED}")
+    return rows
+
+
+DAMAGED = (
+    "the file is damaged (03, 04 and 05 write it whole): remove the damaged lines, or the "
+    "file (each run's folder keeps its results, and the next stage starts a new table)"
+)
+
+
+def table_problem(header: list[str], lines: list, rows: list[dict]) -> tuple[int, str] | None:
+    """(line, what is wrong) of runs.csv's first bad line, or None: the header must be
+    COLUMNS' (a file from before a column lacks it), each line as long, `finished` a
+    clock time and the NUMBERS numbers."""
+    if not set(header) <= set(COLUMNS) or not {"finished", "run", "stage"} <= set(header):
+        return 1, f"header {','.join(header)[:60]!r} is not runs.csv's"
+    for (number, fields), row in zip(lines, rows, strict=True):
+        if len(fields) != len(header):
+            return number, f"{len(fields)} fields, the header has {len(header)}"
+        if not FINISHED.fullmatch(row["finished"]):
+            return number, f"finished {row['finished'][:30]!r} is not a clock time"
+        for column in NUMBERS:
+            if not is_number(row.get(column, "")):
+                return number, f"{column} {row[column][:30]!r} is not a number"
+    return None
+
+
+def is_number(text: str) -> bool:
+    """Whether a NUMBERS cell holds a number, or nothing."""
+    try:
+        float(text or 0)
+    except ValueError:
+        return False
+    return True
+
+
+def read_runs(workspace: Workspace) -> pd.DataFrame:
+    """runs.csv (read_rows) as a table of COLUMNS: text as written (a run may be named NA
+    or null), the NUMBERS as numbers."""
+    rows = read_rows(workspace)
+    table = pd.DataFrame(rows, columns=list(COLUMNS), dtype=str).fillna("")
     for column in NUMBERS:
         table[column] = pd.to_numeric(table[column].replace("", None), errors="coerce")
     return table

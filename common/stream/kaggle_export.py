@@ -39,7 +39,9 @@ import numpy as np
 from common.data.dataset import Dataset
 from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
+from common.errors import UserError
 from common.files import atomic_dir, write_json, write_text
+from common.model.blend_bundle import BlendBundle, rewrite_in_run
 from common.model.checkpoint import save_inference_checkpoint
 from common.model.saint import ModelConfig
 from common.options import option
@@ -98,6 +100,8 @@ class KaggleConfig:
         ):
             if value is not None:
                 check_kaggle_id(flag, value)
+        if self.export and self.kaggle_dataset_id is None:
+            kaggle_owner()  # the owner the export will write, refused now, before 04 works
 
     def ids(self) -> KaggleIds:
         """The ids the export writes: --kaggle-dataset-id, else the owner found
@@ -113,7 +117,13 @@ class KaggleConfig:
 NO_OWNER = "YOUR-KAGGLE-USERNAME"  # written where no owner was found, and said so
 # What Kaggle takes: a user name of letters, digits, dashes and underscores; a slug of 3 to
 # 50 lowercase letters, digits and dashes, starting and ending with a letter or digit
-KAGGLE_ID = re.compile(r"[A-Za-z0-9_-]{1,50}/[a-z0-9][a-z0-9-]{1,48}[a-z0-9]")
+KAGGLE_OWNER = r"[A-Za-z0-9_-]{1,50}"
+KAGGLE_ID = re.compile(KAGGLE_OWNER + r"/[a-z0-9][a-z0-9-]{1,48}[a-z0-9]")
+
+
+class KaggleCredentialsError(UserError, ValueError):
+    """$KAGGLE_USERNAME or kaggle.json that cannot give the export its owner. A ValueError
+    too: refused where 04's config is built, it ends like a bad flag (usage, exit 2)."""
 
 
 def check_kaggle_id(flag: str, value: str) -> None:
@@ -127,14 +137,46 @@ def check_kaggle_id(flag: str, value: str) -> None:
 
 def kaggle_owner() -> str | None:
     """The Kaggle user name the kaggle command line would use: $KAGGLE_USERNAME, else
-    the username of kaggle.json in $KAGGLE_CONFIG_DIR or ~/.kaggle; None without one."""
+    the username of kaggle.json in $KAGGLE_CONFIG_DIR or ~/.kaggle; None without one.
+    KaggleCredentialsError, naming where it came from, for a kaggle.json that is not a
+    JSON object and for a user name --kaggle-dataset-id's owner would not take."""
     if os.environ.get("KAGGLE_USERNAME"):
-        return os.environ["KAGGLE_USERNAME"]
+        return checked_owner(os.environ["KAGGLE_USERNAME"], "$KAGGLE_USERNAME")
     folder = Path(os.environ.get("KAGGLE_CONFIG_DIR") or Path.home() / ".kaggle")
-    try:
-        return json.loads((folder / "kaggle.json").read_text()).get("username") or None
-    except (OSError, ValueError):
+    path = folder / "kaggle.json"
+    if not path.exists():
         return None
+    fix = (
+        "fix it (the kaggle command line reads it too), or give --kaggle-dataset-id "
+        f"owner/{DATASET_SLUG} (or --no-export)"
+    )
+    try:
+        credentials = json.loads(path.read_text())
+    except (OSError, ValueError) as error:  # a folder, unreadable, not UTF-8, not JSON
+        reason = " ".join(str(error).split())
+        raise KaggleCredentialsError(
+            f"{path} cannot be read as Kaggle's credentials ({type(error).__name__}: "
+            f"{reason}); {fix}"
+        ) from None
+    if not isinstance(credentials, dict):
+        raise KaggleCredentialsError(
+            f"{path} holds a JSON {type(credentials).__name__}, not an object with username "
+            f"and key; {fix}"
+        )
+    username = credentials.get("username")
+    return None if username in (None, "") else checked_owner(username, f"{path}'s username")
+
+
+def checked_owner(owner, where: str) -> str:
+    """`owner` if Kaggle takes it as a user name (--kaggle-dataset-id's owner part), else
+    KaggleCredentialsError naming `where` it came from."""
+    if isinstance(owner, str) and re.fullmatch(KAGGLE_OWNER, owner):
+        return owner
+    raise KaggleCredentialsError(
+        f"{where} {owner!r} is not a Kaggle user name (1 to 50 letters, digits, dashes and "
+        "underscores), so the dataset's id would be refused: set it to yours, or give "
+        f"--kaggle-dataset-id owner/{DATASET_SLUG} (or --no-export)"
+    )
 
 
 @dataclass
@@ -275,8 +317,9 @@ def write_code(dest: Path) -> None:
 
 def copy_blend_bundle(source: ModelFolder, dest: ModelFolder) -> bool:
     """The trees, their inputs and the blend's weight (common.model.blend_bundle) that 04
-    wrote beside the checkpoint, copied beside its export; False where there are none."""
-    if not all(source.file(name).exists() for name in ModelFolder.BLEND_FILES):
+    wrote beside the checkpoint, checked (BlendBundle.load: a damaged file is refused, not
+    shipped) and copied beside its export; False where there are none."""
+    if BlendBundle.load(source, rewrite_in_run(source)) is None:
         return False
     for name in ModelFolder.BLEND_FILES:
         shutil.copy2(source.file(name), dest.file(name))

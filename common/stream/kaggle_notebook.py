@@ -20,7 +20,7 @@ import numpy as np
 from common.data.past_state import FeatureSnapshot
 from common.device import resolve_device
 from common.errors import UserError
-from common.model.blend_bundle import BlendBundle
+from common.model.blend_bundle import BlendBundle, rewrite_in_bundle
 from common.model.checkpoint import load_model
 from common.stream.api_loop import stream_loop
 from common.stream.blend_state import BlendState, feature_state_budget
@@ -108,7 +108,7 @@ def bundle_state(bundle: Bundle, model: str, net, device, cache_students: int, b
     planned bytes come out of `budget` first; the rest sizes the model's cache pool."""
     parts = np.load(str(bundle.parts))
     snapshot = Snapshot.load(bundle.snapshot)
-    blend = BlendBundle.load(bundle.model(model))
+    blend = BlendBundle.load(bundle.model(model), rewrite_in_bundle(model))
     if blend is None and net.config.past_features == "none":
         return OnlineState(net, parts, device, snapshot, cache_students, budget)
     features = FeatureSnapshot.load(bundle.features)
