@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from common.stream.kaggle_export import KaggleConfig, kaggle_owner
-from common.workspace import Bundle, KaggleFolder, Workspace
+from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 from tests.helpers import REPO, RUN, fold0_folder, make_tiny_demo, run_folder, run_numbered_script
 
 TINY = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)
@@ -230,3 +230,25 @@ def test_04_full_without_a_full_data_model_names_03_before_fitting_trees(streame
     message = refused("04_infer.py", "--output-dir", streamed, "--full")
     assert f"03_train.py --run {RUN} --full-data" in message, message
     assert not Workspace(streamed).run(RUN).full.path.exists()
+
+
+def test_a_stream_without_trees_leaves_no_earlier_trees_to_ship(streamed, tmp_path):
+    """--no-trees after a stream with trees: the earlier trees and weight are removed
+    with the stream they belonged to, so no export ships them with this model."""
+    out = tmp_path / "out"
+    shutil.copytree(streamed, out)
+    folder = fold0_folder(out)
+    assert all(folder.file(name).exists() for name in ModelFolder.BLEND_FILES)
+    done = run_numbered_script("04_infer.py", "--output-dir", out, "--no-trees", "--no-export")
+    assert done.returncode == 0, done.stderr
+    assert not any(folder.file(name).exists() for name in ModelFolder.BLEND_FILES)
+
+
+def test_03_refuses_a_damaged_runs_table_before_training(demo, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(demo, out)
+    table = Workspace(out).runs_table
+    table.write_bytes(b"run,stage\n\xff\xfe not a table\n")
+    message = refused("03_train.py", "--output-dir", out, "--fold", 0, *TINY, "--epochs", 1)
+    assert str(table) in message, message
+    assert not Workspace(out).runs.exists()  # refused before the run's folder was made

@@ -229,7 +229,7 @@ def test_trees_predict_alike_in_the_competitions_2020_stack(fitted_on_real_rows,
         pytest.skip(message)
     fitted, sequences, entries, skill = fitted_on_real_rows
     code = tmp_path / "code"
-    for module in ("__init__.py", "files.py", "model/__init__.py", "model/trees.py"):
+    for module in ("__init__.py", "errors.py", "files.py", "model/__init__.py", "model/trees.py"):
         (code / "common" / module).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / "common" / module, code / "common" / module)
     features = past_features(sequences, entries, skill, fitted.rates)

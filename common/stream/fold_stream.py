@@ -203,6 +203,9 @@ def run_emulated(run: Run, config: InferConfig) -> dict:
     summary = stream_summary(config, checkpoint, state, table, bundle, timing)
     if bundle is not None:
         bundle.save(folder)
+    else:  # --no-trees: an earlier stream's trees and weight must not ship with this one
+        for name in ModelFolder.BLEND_FILES:
+            folder.file(name).unlink(missing_ok=True)
     write_outputs(folder, results, table, summary)
     append_run_row(run.workspace, stream_row(run, checkpoint, summary, begin))
     write_run_record(folder.record("infer"), asdict(config))

@@ -32,7 +32,7 @@ from common.model.predict import predict_tails, to_tensors
 from common.model.saint import SAINT
 from common.runs.artefacts import cv_epochs
 from common.runs.folders import RunClashError, check_run_name, claim_fold_dir, run_name
-from common.runs.table import append_run_row
+from common.runs.table import append_run_row, read_rows
 from common.train.build import build
 from common.train.config import TrainConfig
 from common.train.outputs import Progress, RunFiles
@@ -404,6 +404,7 @@ def train(
     dist_info.init(device)
     # read (and checked) before the fold folder is touched: a refusal writes nothing
     config, data = training_data(config, run, dist_info.main)
+    read_rows(workspace)  # a damaged runs.csv is refused before training, not after
     claim(run, config, overwrite, dist_info)
     trainer = Trainer(config, run, data, device, dist_info)
     history = trainer.fit()
