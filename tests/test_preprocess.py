@@ -190,6 +190,41 @@ def set_metadata(file: str, row: int, column: str, value: str):
     return corrupt
 
 
+def edit_line(file: str, row: int, change: Callable[[str], str], encoding: str = "utf-8"):
+    """Line `row` of `file` (0: the header) rewritten as raw text, saved in `encoding`."""
+
+    def corrupt(input_dir: Path) -> dict:
+        path = input_dir / file
+        lines = path.read_text().split("\n")
+        lines[row] = change(lines[row])
+        path.write_bytes("\n".join(lines).encode(encoding))
+        return {"row": row}
+
+    return corrupt
+
+
+def repeat_column(file: str, column: str):
+    """`column` repeated as the last column, header and rows."""
+
+    def corrupt(input_dir: Path) -> dict:
+        path = input_dir / file
+        lines = path.read_text().split("\n")[:-1]
+        index = lines[0].split(",").index(column)
+        path.write_text("".join(f"{line},{line.split(',')[index]}\n" for line in lines))
+        return {}
+
+    return corrupt
+
+
+def folder_instead(file: str):
+    def corrupt(input_dir: Path) -> dict:
+        (input_dir / file).unlink()
+        (input_dir / file).mkdir()
+        return {}
+
+    return corrupt
+
+
 def gzipped(input_dir: Path) -> dict:
     """train.csv compressed, its name unchanged."""
     path = input_dir / "train.csv"
@@ -269,6 +304,17 @@ BAD_INPUT_CASES = [
     Case("decimal tag", set_metadata("questions.csv", 5, "tags", "1.5"), ("questions.csv", ROW, "column 'tags'", "found '1.5'", "each an integer in 0..32767")),
     Case("commas in tags", set_metadata("questions.csv", 5, "tags", "1,2"), ("questions.csv", ROW, "column 'tags'", "found '1,2'", "tag ids separated by spaces")),
     Case("tag id past int16", set_metadata("questions.csv", 5, "tags", "3 40000"), ("questions.csv", ROW, "column 'tags'", "found '3 40000'", "0..32767")),
+    Case("Latin-1 in questions", edit_line("questions.csv", 5, lambda line: line + "\xe9", "latin-1"), ("questions.csv", ROW, "not UTF-8", "save the file as UTF-8")),
+    Case("extra field in questions", edit_line("questions.csv", 5, lambda line: line + ",7"), ("questions.csv", ROW, "expected 5 comma-separated fields")),
+    Case("questions row cut short", edit_line("questions.csv", 5, lambda line: line.rsplit(",", 1)[0]), ("questions.csv", ROW, "expected 5 comma-separated fields", "truncated")),
+    Case("lectures row cut short", edit_line("lectures.csv", 5, lambda line: line.rsplit(",", 1)[0]), ("lectures.csv", ROW, "expected 4 comma-separated fields", "truncated")),
+    Case("unclosed quote in questions", edit_line("questions.csv", 5, lambda line: line.replace(",", ',"', 1)), ("questions.csv", ROW, "well-formed CSV", "unexpected end of data")),
+    Case("repeated column in questions", repeat_column("questions.csv", "part"), ("questions.csv", "(line 1)", "column 'part'", "'<repeated>'", "each once")),
+    Case("repeated column in train", repeat_column("train.csv", "user_id"), ("train.csv", "(line 1)", "column 'user_id'", "'<repeated>'", "each once")),
+    Case("train.csv a folder", folder_instead("train.csv"), ("train.csv", "a CSV file; this is a folder")),
+    Case("questions.csv a folder", folder_instead("questions.csv"), ("questions.csv", "a CSV file; this is a folder")),
+    Case("lectures.csv a folder", folder_instead("lectures.csv"), ("lectures.csv", "a CSV file; this is a folder")),
+    Case("infinite elapsed time", set_field("prior_question_elapsed_time", "inf"), ("train.csv", ROW, "column 'prior_question_elapsed_time'", "found inf", "finite")),
     Case("gzip named .csv", gzipped, ("train.csv", "gzip-compressed: decompress it first")),
     Case("semicolons", separated_by(";"), ("train.csv", "(line 1)", "separates them by semicolons")),
     Case("tabs", separated_by("\t"), ("train.csv", "(line 1)", "separates them by tabs")),
@@ -378,6 +424,20 @@ def test_failed_run_keeps_the_previous_output(tmp_path: Path, write_input) -> No
     after = {p.relative_to(output_dir): p.read_bytes() for p in output_dir.rglob("*.bin")}
     assert after == before
     assert sorted(p.name for p in output_dir.iterdir()) == [Workspace(output_dir).data.path.name]
+
+
+def test_blank_lines_are_skipped(tmp_path: Path, write_input) -> None:
+    """A blank line after the header (train.csv) or between rows (questions.csv): the same
+    data as without it."""
+    input_dir = write_input(tmp_path / "input")
+    edit_line("train.csv", 0, lambda header: header + "\n")(input_dir)
+    edit_line("questions.csv", 5, lambda line: line + "\n")(input_dir)
+    output_dir = tmp_path / "output"
+    preprocess(PreprocessConfig(input_dir, output_dir, progress=False), Workspace(output_dir))
+    rows = len((input_dir / "train.csv").read_text().splitlines()) - 2  # header, blank
+    assert TrainArrays.load(Workspace(output_dir).data).n_rows == rows
+    questions = pd.read_csv(input_dir / "questions.csv")  # pandas skips the blank line
+    assert len(pd.read_parquet(Workspace(output_dir).data.questions)) == len(questions)
 
 
 def test_blank_tags_are_accepted(tmp_path: Path, write_input) -> None:

@@ -14,6 +14,8 @@ the budget is refused.
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import time
 from collections.abc import Iterator
@@ -42,6 +44,7 @@ from common.data.schema import (
 )
 from common.data.train_csv import (
     ARROW_TYPES,
+    BOM,
     Prefetcher,
     RowChecker,
     block_arrays,
@@ -137,19 +140,18 @@ class PreprocessSummary:
 # questions.csv and lectures.csv
 
 
-def _read_small_csv(path: Path, dtypes: dict[str, str], key: str) -> pd.DataFrame:
+def _read_small_csv(
+    path: Path, dtypes: dict[str, str], key: str, allow_empty: bool = False
+) -> pd.DataFrame:
+    """questions.csv or lectures.csv with the competition dtypes, each value checked; a
+    file of a header and no rows is refused unless allow_empty."""
     if not path.exists():
         raise InputError(str(path), "the file to exist")
+    header_line(path, dtypes)  # a folder, compressed, not UTF-8 or not commas: named
     if path.stat().st_size == 0:
         raise InputError(str(path), f"a header line with columns {list(dtypes)}", row=0)
-    header_line(path, dtypes)  # compressed, not UTF-8 or not commas: named
-    raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    missing = [c for c in dtypes if c not in raw.columns]
-    if missing:
-        raise InputError(
-            str(path), f"columns {list(dtypes)}", row=0, column=missing[0], value="<missing>"
-        )
-    if raw.empty:
+    raw = _text_fields(path, list(dtypes))
+    if raw.empty and not allow_empty:
         raise InputError(str(path), "at least one data row", row=1)
     out = {}
     for column, dtype in dtypes.items():
@@ -178,6 +180,46 @@ def _read_small_csv(path: Path, dtypes: dict[str, str], key: str) -> pd.DataFram
             str(path), f"part in 1..{N_PARTS}", i + 1, "part", plain(frame["part"].iloc[i])
         )
     return frame
+
+
+def _text_fields(path: Path, columns: list[str]) -> pd.DataFrame:
+    """A small CSV file's fields as text (blank lines skipped, as pandas skips them),
+    refused with its row named where a byte is not UTF-8, a quote is not closed or a row
+    has more or fewer fields than the header; the header must name each of `columns`
+    once."""
+    content = path.read_bytes().removeprefix(BOM)
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = content[: error.start].count(b"\n")
+        raise InputError(
+            str(path),
+            f"UTF-8 text; byte {content[error.start]:#04x} is not UTF-8 (Latin-1 or "
+            "Windows-1252?): save the file as UTF-8",
+            row=line,
+            value=content.split(b"\n")[line].decode("utf-8", errors="replace")[:200],
+        ) from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows: list[list[str]] = []
+    try:
+        header = next(reader, [])
+        for column in columns:
+            if header.count(column) != 1:
+                found = "<missing>" if column not in header else "<repeated>"
+                raise InputError(str(path), f"columns {columns}, each once", 0, column, found)
+        for fields in reader:
+            if fields and len(fields) != len(header):
+                raise InputError(
+                    str(path),
+                    f"{len(header)} comma-separated fields (the file may be truncated)",
+                    len(rows) + 1,
+                    value=",".join(fields)[:200],
+                )
+            if fields:
+                rows.append(fields)
+    except csv.Error as error:
+        raise InputError(str(path), f"well-formed CSV ({error})", len(rows) + 1) from None
+    return pd.DataFrame(rows, columns=header, dtype=str)
 
 
 def read_questions(path: Path) -> pd.DataFrame:
@@ -230,15 +272,8 @@ def _tag_id_in_range(digits: str) -> bool:
 
 
 def read_lectures(path: Path) -> pd.DataFrame:
-    if path.exists() and path.stat().st_size > 0:
-        first, second = header_line(path, LECTURES_DTYPES)
-        if not second.strip():  # a header and no lectures (e.g. converted public KT datasets)
-            frame = pd.DataFrame({c: pd.Series(dtype=d) for c, d in LECTURES_DTYPES.items()})
-            missing = [c for c in LECTURES_DTYPES if c not in first.split(",")]
-            if missing:
-                raise InputError(str(path), f"columns {list(LECTURES_DTYPES)}", 0, missing[0])
-            return frame
-    return _read_small_csv(path, LECTURES_DTYPES, "lecture_id")
+    """lectures.csv; a header and no rows is no lectures (e.g. converted public KT data)."""
+    return _read_small_csv(path, LECTURES_DTYPES, "lecture_id", allow_empty=True)
 
 
 # ---------------------------------------------------------------------------------------

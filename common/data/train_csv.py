@@ -116,8 +116,12 @@ class RowChecker:
         first_bad(block["timestamp"] < 0, "timestamp", "milliseconds >= 0")
         first_bad(block["user_id"] < 0, "user_id", "a user id >= 0")
         first_bad(block["task_container_id"] < 0, "task_container_id", "an id >= 0")
-        elapsed = block["prior_question_elapsed_time"]
-        first_bad(elapsed < 0, "prior_question_elapsed_time", "milliseconds >= 0 or blank")
+        elapsed = block["prior_question_elapsed_time"]  # NaN where blank
+        first_bad(
+            ~nulls["prior_question_elapsed_time"] & ~(np.isfinite(elapsed) & (elapsed >= 0)),
+            "prior_question_elapsed_time",
+            "milliseconds >= 0 or blank (a finite number, within float32)",
+        )
         index = block["content_id"].astype(np.int64) + (1 << 15)
         listed = np.where(is_question, self.known_question[index], self.known_lecture[index])
         if not listed.all():
@@ -202,12 +206,17 @@ DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
 
 def header_line(path: Path, columns) -> tuple[str, bytes]:
     """(the header line, the line after it, raw) of a CSV file, refused with its cause
-    named when it is compressed, not UTF-8 or not comma-separated; a UTF-8 byte-order mark
-    is dropped."""
+    named when it is a folder, unreadable, compressed, not UTF-8 or not comma-separated; a
+    UTF-8 byte-order mark is dropped."""
     if not path.exists():
         raise InputError(str(path), "the file to exist")
-    with open(path, "rb") as handle:
-        first, second = handle.readline(), handle.readline()
+    if path.is_dir():
+        raise InputError(str(path), "a CSV file; this is a folder")
+    try:
+        with open(path, "rb") as handle:
+            first, second = handle.readline(), handle.readline()
+    except OSError as error:
+        raise InputError(str(path), f"a file this process can read ({error.strerror})") from None
     for magic, name in COMPRESSED.items():
         if first.startswith(magic):
             raise InputError(
@@ -236,14 +245,22 @@ def check_header(path: Path) -> list[str]:
     if not first:
         raise InputError(str(path), f"a header line with columns {TRAIN_COLUMNS}", row=0)
     header = first.split(",")
-    missing = [c for c in TRAIN_COLUMNS if c not in header]
-    if missing:
-        raise InputError(
-            str(path), f"header columns {TRAIN_COLUMNS}", 0, missing[0], value="<missing>"
-        )
-    if not second.strip():
+    for column in TRAIN_COLUMNS:
+        if header.count(column) != 1:  # a repeated column: which copy is meant?
+            found = "<missing>" if column not in header else "<repeated>"
+            raise InputError(
+                str(path), f"header columns {TRAIN_COLUMNS}, each once", 0, column, found
+            )
+    if not second.strip() and not _has_data_row(path):
         raise InputError(str(path), "at least one data row after the header", row=1)
     return header
+
+
+def _has_data_row(path: Path) -> bool:
+    """Whether a line after the header holds anything (pyarrow skips blank lines)."""
+    with open(path, "rb") as handle:
+        handle.readline()
+        return any(line.strip() for line in handle)
 
 
 def _parse_scalar(text: str, dtype: str) -> bool:
