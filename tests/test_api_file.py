@@ -95,6 +95,8 @@ def damage(path, how: str) -> None:
     elif how == "an extra field":
         lines[10] = lines[10].rstrip("\n") + ",7\n"
         path.write_text("".join(lines))
+    elif how == "infinite elapsed time":
+        edit_line(path, 8, "prior_question_elapsed_time", "inf")
     elif how == "explanation not a flag":
         edit_line(path, 6, "prior_question_had_explanation", "maybe")
     elif how == "a list before the first group":
@@ -123,6 +125,7 @@ CASES = [
     ("groups out of order", "line 4, column 'group_num': found 0 after 2"),
     ("an extra field", "line 11: 12 fields; expected 11"),
     ("explanation not a flag", "line 6, column 'prior_question_had_explanation'"),
+    ("infinite elapsed time", "line 8, column 'prior_question_elapsed_time': found inf"),
     ("a list before the first group", "line 2, column 'prior_group_answers_correct': 1 entries"),
 ]
 

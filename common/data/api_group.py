@@ -142,13 +142,13 @@ class GroupChecker:
             _refuse_first(locate, twice, "row_id", row_id, "a row_id used once")
         raw = test_df["prior_question_elapsed_time"].to_numpy()
         if raw.dtype.kind == "f":
-            bad = raw < 0
+            bad = (raw < 0) | np.isinf(raw)
         else:
             elapsed = pd.to_numeric(test_df["prior_question_elapsed_time"], errors="coerce")
             elapsed = elapsed.to_numpy(dtype=np.float64)
-            bad = (np.isnan(elapsed) & ~pd.isna(raw)) | (elapsed < 0)
+            bad = (np.isnan(elapsed) & ~pd.isna(raw)) | (elapsed < 0) | np.isinf(elapsed)
         _refuse_first(
-            locate, bad, "prior_question_elapsed_time", raw, "milliseconds >= 0, or blank"
+            locate, bad, "prior_question_elapsed_time", raw, "finite milliseconds >= 0, or blank"
         )
         flags = test_df["prior_question_had_explanation"].to_numpy()
         if flags.dtype != bool:

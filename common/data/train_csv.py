@@ -122,6 +122,13 @@ class RowChecker:
             "prior_question_elapsed_time",
             "milliseconds >= 0 or blank (a finite number, within float32)",
         )
+        index = self._check_listed(block, first_row, is_question)
+        self._check_labels(block, nulls, first_row, is_question, index)
+        self._check_order(block, first_row)
+
+    def _check_listed(self, block, first_row: int, is_question) -> np.ndarray:
+        """Each row's content_id is listed in questions.csv or lectures.csv, as its
+        content_type_id says; returns the ids' index into the lookup tables."""
         index = block["content_id"].astype(np.int64) + (1 << 15)
         listed = np.where(is_question, self.known_question[index], self.known_lecture[index])
         if not listed.all():
@@ -132,8 +139,7 @@ class RowChecker:
                 else "lecture_id listed in lectures"
             )
             self.fail(first_row + i, "content_id", block["content_id"][i], f"a {kind}.csv")
-        self._check_labels(block, nulls, first_row, is_question, index)
-        self._check_order(block, first_row)
+        return index
 
     def _check_labels(self, block, nulls, first_row: int, is_question, index) -> None:
         """A question row's answered_correctly must say whether its user_answer is the
