@@ -252,7 +252,7 @@ def test_ctrl_c_in_the_trial_ends_the_child_without_a_traceback(tmp_path):
 NASTY = ["", "abc", "-1", "2", "1.5", "1e99", "[", "[1, 2]", "True", "nan", ";", '"', "0x1"]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(data=st.data())
 def test_any_damage_to_a_test_file_is_accepted_or_refused_in_one_line(data):
     """Generated damage (a field set to a nasty value, a line dropped, doubled or swapped,
