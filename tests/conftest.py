@@ -87,3 +87,16 @@ def run_script() -> Callable[..., subprocess.CompletedProcess]:
     process=True launches it with this Python instead, from the repository root: for the
     tests where the process boundary is the point (a kill, a shell's view of a refusal)."""
     return run_numbered_script
+
+
+# the modules whose tests run the pipeline end to end, 15 to 40 s each on 2 cores: queued
+# first, so that no worker starts one while the other is nearly done (the suite's tail)
+LONGEST_FIRST = ("test_gpu_check", "test_bench_full_scale", "test_smoke", "test_bench_kt")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each module's tests stay together and in order

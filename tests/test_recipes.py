@@ -34,7 +34,7 @@ def parsed(monkeypatch) -> list:
         return found[-1]
 
     monkeypatch.setattr(cli, "parse_config", keep)
-    monkeypatch.setattr(cli, "guarded", lambda body, interrupted="": 0)
+    monkeypatch.setattr(cli, "guarded", lambda body, interrupted="", output_dir=None: 0)
     return found
 
 
