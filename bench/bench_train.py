@@ -90,6 +90,21 @@ def positions_per_trained(trainer: Trainer, device: torch.device, free_bytes: in
     return computed / trained, count / len(steps)
 
 
+def timed_rates(trainer, batches: list, trained: list, args, device) -> list[float]:
+    """Interactions/s of `args.steps` optimizer steps after `args.warmup`, per repeat."""
+    rates = []
+    for _ in range(args.repeats):
+        for i in range(args.warmup):
+            trainer.train_step(batches[i])
+        synchronize(device)
+        begin = time.perf_counter()
+        for i in range(args.warmup, args.warmup + args.steps):
+            trainer.train_step(batches[i])
+        synchronize(device)
+        rates.append(sum(trained[args.warmup :]) / (time.perf_counter() - begin))
+    return rates
+
+
 def measure(data, name: str, args: argparse.Namespace) -> dict:
     """Interactions/s of full optimizer steps (median of repeats), and FLOPs counted on
     one step of the uncompiled model (compiling does not change them)."""
@@ -109,17 +124,12 @@ def measure(data, name: str, args: argparse.Namespace) -> dict:
     free = None if device.type == "cuda" else H200_FREE_BYTES
     cuda_plan = positions_per_trained(counting, torch.device("cuda"), free)
     trainer = Trainer(config, out, data, device) if args.compile else counting
-    rates = []
-    for _ in range(args.repeats):
-        for i in range(args.warmup):
-            trainer.train_step(batches[i])
-        synchronize(device)
-        begin = time.perf_counter()
-        for i in range(args.warmup, args.warmup + args.steps):
-            trainer.train_step(batches[i])
-        synchronize(device)
-        rates.append(sum(trained[args.warmup :]) / (time.perf_counter() - begin))
+    rates = timed_rates(trainer, batches, trained, args, device)
+    # with --compile, the uncompiled model's rate too, on the same batches (one process
+    # measures both: bench/gpu_check.py reads them)
+    eager = timed_rates(counting, batches, trained, args, device) if args.compile else rates
     return {
+        "eager_rate": statistics.median(eager),
         "config": name,
         "d_model": config.model.d_model,
         "d_ff": config.model.d_ff,
@@ -193,6 +203,8 @@ def main() -> int:
     for name in args.configs.split(","):
         r = measure(data, name, args)
         say(f"{name}: {r['rate']:,.0f} interactions/s")
+        if args.compile:
+            say(f"{name}: eager {r['eager_rate']:,.0f} interactions/s")
         ratio, parts = r["cuda_plan"]
         say(
             f"{name}: CUDA plan {ratio:.3f} positions per trained question ({parts:.1f} parts/step)"

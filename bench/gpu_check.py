@@ -2,7 +2,8 @@
 
 Steps, each a process of its own (what a user runs):
   1. training throughput at the reference size (d_model 256, 2+2 layers, window 100,
-     batch 512) in bf16, without and with torch.compile (bench_train.py), and the
+     batch 512) in bf16, without and with torch.compile (bench_train.py --compile, which
+     times both on the same batches), and the
      positions the CUDA batch plan computes per trained question (target at most 1.3);
   2. a short demo training on the device (03_train.py, 2 epochs of the small-data recipe;
      1 with --quick): interactions/s and the inner-split AUC;
@@ -50,22 +51,30 @@ STREAM_TARGET = 10_000  # rows/s at d256
 RIIID_INTERACTIONS = 101_230_332  # rows of the real train.csv (an epoch's upper bound)
 
 
-def train_rate(
-    args: argparse.Namespace, data_out: Workspace, compile_: bool, say: Report
-) -> tuple[float, float]:
-    """bench_train.py's median interactions/s at the reference size, and the positions its
-    CUDA batch plan computes per trained question."""
+def train_rates(
+    args: argparse.Namespace, data_out: Workspace, say: Report
+) -> tuple[float, float | None, float]:
+    """bench_train.py's median interactions/s at the reference size, eager and (unless
+    --no-compile) with torch.compile, measured in one process on the same batches, and
+    the positions its CUDA batch plan computes per trained question."""
     config = "demo" if args.quick else "d256"
     steps = ("--steps", 2, "--warmup", 1, "--repeats", 1) if args.quick else ("--steps", 20)
-    results = args.work_dir / f"train_{'compiled' if compile_ else 'eager'}.txt"
+    results = args.work_dir / "train.txt"
     command = module("bench.bench_train", "--data-dir", data_out.path, "--configs", config, *steps)
     command += ["--device", args.device, "--amp", args.amp, "--results", str(results)]
-    command += ["--work-dir", str(args.work_dir / "train")] + (["--compile"] if compile_ else [])
+    command += ["--work-dir", str(args.work_dir / "train")]
+    command += [] if args.no_compile else ["--compile"]
     run(command, say=say)
     text = results.read_text()
-    found = re.search(rf"^{config}: ([\d,]+) interactions/s", text, re.M)
+
+    def rate(pattern: str) -> float:
+        found = re.search(rf"^{config}: {pattern}([\d,]+) interactions/s", text, re.M)
+        return float(found.group(1).replace(",", ""))
+
     plan = re.search(rf"^{config}: CUDA plan ([\d.]+) positions", text, re.M)
-    return float(found.group(1).replace(",", "")), float(plan.group(1))
+    if args.no_compile:
+        return rate(""), None, float(plan.group(1))
+    return rate("eager "), rate(""), float(plan.group(1))
 
 
 def demo_epochs(args: argparse.Namespace) -> int:
@@ -118,8 +127,7 @@ def main() -> int:
     users = 100 if args.quick else args.users
     data = args.work_dir / f"demo{users}"
     data_out = make_demo(data / "input", data / "out", users, 0, STREAM_SPLIT, say=say)
-    eager, plan = train_rate(args, data_out, False, say)
-    compiled = None if args.no_compile else train_rate(args, data_out, True, say)[0]
+    eager, compiled, plan = train_rates(args, data_out, say)
     demo = demo_training(args, data_out, say)
     stream = stream_rate(args, data_out, say)
 

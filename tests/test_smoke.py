@@ -31,7 +31,7 @@ def test_every_stage_from_the_command_line(tmp_path: Path) -> None:
     own). The Kaggle export of one fold's model: tests/test_reliability.py, test_kaggle.py."""
     input_dir, output_dir = tmp_path / "input", tmp_path / "output"
     stages = [
-        ("00_make_demo_input.py", "--users", 60, "--max-events", 1000, "--output-dir", input_dir),
+        ("00_make_demo_input.py", "--users", 60, "--max-events", 500, "--output-dir", input_dir),
         ("01_preprocess.py", "--input-dir", input_dir, "--output-dir", output_dir, "--no-progress"),
         ("02_make_folds.py", "--output-dir", output_dir, "--n-folds", 3),
         ("03_train.py", "--output-dir", output_dir, "--run", RUN, "--fold", "all", *TINY_MODEL,
