@@ -52,6 +52,10 @@ def edit_line(path, line: int, column: str, value: str) -> None:
 
 def test_the_real_example_passes(example):
     assert check_api_file(example) == {"rows": 104, "groups": 4, "question_rows": 104}
+    # as pandas reads it: a byte order mark, Windows line ends, blank lines
+    text = example.read_text()
+    example.write_text("\ufeff" + text.replace("\n", "\r\n") + "\r\n\n")
+    assert check_api_file(example) == {"rows": 104, "groups": 4, "question_rows": 104}
 
 
 def damage(path, how: str) -> None:

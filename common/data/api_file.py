@@ -90,12 +90,13 @@ def _text(path: Path) -> str:
 
 def _records(path: Path, text: str) -> tuple[list[list[str]], list[int]]:
     """The file's records and the line each starts on."""
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))  # a BOM, as pandas reads it
     records, lines, line = [], [], 1
     try:
         for record in reader:
-            records.append(record)
-            lines.append(line)
+            if record:  # a blank line, which pandas and the stand-in API skip
+                records.append(record)
+                lines.append(line)
             line = reader.line_num + 1
     except csv.Error as error:
         raise ApiFileError(f"{path}, line {reader.line_num}: {error}") from None
