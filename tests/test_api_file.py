@@ -70,6 +70,10 @@ def damage(path, how: str) -> None:
         path.write_text("")
     elif how == "header only":
         path.write_text(lines[0])
+    elif how == "blank lines only":
+        path.write_text("\n\n")
+    elif how == "an unclosed quote":
+        path.write_text(lines[0] + '0,"1,2\n')
     elif how == "no content_id column":
         frame = pd.read_csv(path).drop(columns="content_id")
         frame.to_csv(path, index=False)
@@ -115,6 +119,8 @@ CASES = [
     ("missing", "no such file"),
     ("empty", "empty"),
     ("header only", "no rows"),
+    ("blank lines only", "blank lines only"),
+    ("an unclosed quote", "line 2"),
     ("no content_id column", "line 1: no column 'content_id'"),
     ("text in user_id", "line 5, column 'user_id': found 'abc'"),
     ("blank timestamp", "line 5, column 'timestamp': found a blank"),

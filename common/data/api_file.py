@@ -36,6 +36,8 @@ def check_api_file(path: Path) -> dict[str, int]:
     path = Path(path)
     text = _text(path)
     records, lines = _records(path, text)
+    if not records:
+        raise ApiFileError(f"{path}: blank lines only; expected a header line and rows")
     header, rows = records[0], records[1:]
     _check_header(path, header)
     if not rows:
@@ -90,7 +92,9 @@ def _text(path: Path) -> str:
 
 def _records(path: Path, text: str) -> tuple[list[list[str]], list[int]]:
     """The file's records and the line each starts on."""
-    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))  # a BOM, as pandas reads it
+    reader = csv.reader(
+        io.StringIO(text.removeprefix("\ufeff")), strict=True
+    )  # a BOM, as pandas reads it
     records, lines, line = [], [], 1
     try:
         for record in reader:
