@@ -103,7 +103,10 @@ def _records(path: Path, text: str) -> tuple[list[list[str]], list[int]]:
                 lines.append(line)
             line = reader.line_num + 1
     except csv.Error as error:
-        raise ApiFileError(f"{path}, line {reader.line_num}: {error}") from None
+        raise ApiFileError(
+            f"{path}, line {reader.line_num}: not CSV as the API's files are ({error}: an "
+            f"unclosed quote?)"
+        ) from None
     return records, lines
 
 
