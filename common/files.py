@@ -42,13 +42,23 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
+def check_folders(*paths: Path) -> None:
+    """Refuse (UserError, before any work) a file, or anything but a folder, where one of
+    `paths` names a folder a stage reads or writes: it would fail there later, half-way,
+    or send the user back a stage that fails on the same file."""
+    for path in paths:
+        if path.exists() and not path.is_dir():
+            raise UserError(
+                f"{path} is a file where the pipeline keeps a folder: move or delete it"
+            )
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary directory beside `path`; on success it takes the place of
     `path` (an older `path` is removed only after the new one is complete)."""
     path = Path(path)
-    if path.exists() and not path.is_dir():  # refused before anything is written
-        raise UserError(f"{path} is a file where a folder belongs: move or delete it")
+    check_folders(path)  # before anything is written
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_name(path)
     if tmp.exists():

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from common.errors import UserError
+from common.files import check_folders
 
 
 class DataFolder:
@@ -98,17 +98,6 @@ class FoldsFolder:
     def row_folds(self) -> Path:
         """row_id, fold, role of every row."""
         return self.path / "row_folds.csv"
-
-
-def check_folders(*paths: Path) -> None:
-    """Refuse (UserError, before any work) a file, or anything but a folder, where one of
-    `paths` names a folder a stage reads or writes: it would fail there later, half-way,
-    or send the user back a stage that fails on the same file."""
-    for path in paths:
-        if path.exists() and not path.is_dir():
-            raise UserError(
-                f"{path} is a file where the pipeline keeps a folder: move or delete it"
-            )
 
 
 class ModelFolder:

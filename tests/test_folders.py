@@ -80,7 +80,7 @@ def test_a_kaggle_dir_that_is_a_file_is_refused_before_streaming(tmp_path):
 def test_a_folder_swap_onto_a_file_is_refused_and_leaves_nothing(tmp_path):
     target = tmp_path / "folds"
     target.write_text("a file")
-    refusal = pytest.raises(UserError, match="is a file where a folder belongs")
+    refusal = pytest.raises(UserError, match="is a file where the pipeline keeps a folder")
     with refusal, atomic_dir(target) as tmp:
         (tmp / "fold0.npz").write_text("never")
     assert everything(tmp_path) == ["folds"] and target.read_text() == "a file"
