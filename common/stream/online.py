@@ -268,20 +268,8 @@ class OnlineState:
         return self.store.last_timestamp
 
     @property
-    def session_start(self) -> np.ndarray:
-        return self.store.session_start
-
-    @property
-    def key_from(self) -> np.ndarray:
-        return self.store.key_from
-
-    @property
     def cache_index(self) -> np.ndarray:
         return self.store.cache_index
-
-    @property
-    def built(self) -> np.ndarray:
-        return self.store.built
 
     @property
     def builds(self) -> int:
