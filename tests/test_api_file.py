@@ -116,7 +116,7 @@ def damage(path, how: str) -> None:
 # (damage, what the one-line message must name besides the file)
 CASES = [
     ("a folder", "a folder"),
-    ("missing", "no such file"),
+    ("missing", "expected the file to exist"),
     ("empty", "empty"),
     ("header only", "no rows"),
     ("blank lines only", "blank lines only"),
@@ -125,7 +125,7 @@ CASES = [
     ("text in user_id", "line 5, column 'user_id': found 'abc'"),
     ("blank timestamp", "line 5, column 'timestamp': found a blank"),
     ("gzip", "gzip"),
-    ("semicolons", "';'"),
+    ("semicolons", "separates them by semicolons"),
     ("train.csv", "as train.csv has"),
     ("list not parsed", "line 20, column 'prior_group_answers_correct': found '[1 0'"),
     ("list one short", "line 20, column 'prior_group_answers_correct': 17 entries"),

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from common.data.api_group import ContainerRuleError, GroupChecker, read_group
-from common.data.schema import TEST_COLUMNS
+from common.data.csv_file import header_line
+from common.data.schema import TEST_COLUMNS, InputError
 from common.errors import UserError
 
 GROUP = "group_num"
@@ -68,15 +69,16 @@ def check_api_file(path: Path) -> dict[str, int]:
 
 
 def _text(path: Path) -> str:
-    if not path.exists():
-        raise ApiFileError(f"--test-csv {path}: no such file")
-    if path.is_dir():
-        raise ApiFileError(f"--test-csv {path}: a folder; expected a test file (CSV)")
+    """The file's text, refused as 01 refuses its CSV files (header_line: no file, a
+    folder, unreadable, compressed, a header not UTF-8 or not comma-separated), then if
+    empty, not UTF-8 further down, or without a final newline."""
+    try:
+        header_line(path, HEADER)
+    except InputError as error:
+        raise ApiFileError(str(error)) from None
     raw = path.read_bytes()
     if not raw:
         raise ApiFileError(f"{path}: empty; expected a header line and a test group's rows")
-    if raw[:2] == b"\x1f\x8b":
-        raise ApiFileError(f"{path}: gzip-compressed; expected plain CSV (gunzip it first)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -112,8 +114,6 @@ def _records(path: Path, text: str) -> tuple[list[list[str]], list[int]]:
 
 def _check_header(path: Path, header: list[str]) -> None:
     expected = f"the competition's columns {', '.join(HEADER)}"
-    if len(header) == 1 and ";" in header[0]:
-        raise ApiFileError(f"{path}, line 1: fields separated by ';'; expected commas")
     if any(name in header for name in TRAIN_ONLY):
         raise ApiFileError(
             f"{path}, line 1: columns {[n for n in TRAIN_ONLY if n in header]}, as train.csv "

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from common.data.arrays import ANSWER_UNKNOWN, ROW_ARRAYS, write_data_fingerprint
+from common.data.csv_file import BOM, header_line
 from common.data.memory import check_memory
 from common.data.schema import (
     LECTURE,
@@ -44,13 +45,11 @@ from common.data.schema import (
 )
 from common.data.train_csv import (
     ARROW_TYPES,
-    BOM,
     Prefetcher,
     RowChecker,
     block_arrays,
     check_header,
     check_unique_row_ids,
-    header_line,
     locate_parse_error,
     plain,
     train_reader,
