@@ -39,9 +39,7 @@ def try_notebook(kaggle: KaggleFolder, test_csv: Path, slug: str) -> Path:
     """Run the Kaggle folder's kernel/ notebook on its dataset/ against `test_csv` (the
     dataset mounted as /kaggle/input/<slug> would be); returns the submission.csv it
     wrote, in its trial/working/."""
-    test_csv = Path(test_csv).resolve()
-    if not test_csv.exists():
-        raise UserError(f"--test-csv {test_csv}: no such file")
+    test_csv = Path(test_csv).resolve()  # checked whole by 04 first (common.data.api_file)
     trial = kaggle.trial
     if trial.exists():
         shutil.rmtree(trial)
