@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from common.data.schema import LECTURES_DTYPES, N_PARTS, QUESTIONS_DTYPES, TRAIN_COLUMNS, InputError
+from common.errors import UserError
 from common.inputs.kt_outputs import ConvertedDataset, write_converted
 from common.inputs.kt_readers import (
     LINE_FORMATS,
@@ -97,11 +98,6 @@ class ConversionConfig:
             )
         if not self.inputs:
             raise ValueError("inputs: expected at least one input file")
-        for path in map(Path, self.inputs):  # before anything is read or written
-            if path.is_dir():
-                raise ValueError(f"inputs: {path} is a folder; expected a file of the dataset")
-            if not path.exists():
-                raise ValueError(f"inputs: {path}: no such file")
         if self.input_folds is not None:
             if len(self.input_folds) != len(self.inputs):
                 raise ValueError(
@@ -253,6 +249,11 @@ def _rank_within_user(user: np.ndarray, increments: np.ndarray) -> np.ndarray:
 
 def convert(config: ConversionConfig) -> ConvertedDataset:
     """Read every input and build the competition-schema frames (nothing is written)."""
+    # checked here, not in the config: a recipe names files that need not be there until
+    # the conversion runs (../shared/data)
+    for path in map(Path, config.inputs):
+        if path.is_dir():
+            raise UserError(f"inputs: {path} is a folder; expected a file of the dataset")
     students, kept, files = _read_inputs(config)
     lengths = np.array([len(s.problems) for s in kept], dtype=np.int64)
     user_id = np.repeat(np.arange(1, len(kept) + 1, dtype=np.int64), lengths)
