@@ -74,7 +74,7 @@ def test_predict_reads_each_step_from_the_output_of_the_step_before_it():
         "offsets": np.array([0, 10]), "q": c, "c": c, "r": np.zeros(10, dtype=np.int64),
         "scored": np.ones(10, dtype=bool),
     }  # fmt: skip
-    args = SimpleNamespace(seq_len=4, stride=2, batch_size=2, device="cpu")
+    args = SimpleNamespace(seq_len=4, stride=2, batch_size=2, device="cpu", trim=True)
     steps, probability = pykt_peer.predict(StandInDKT(), "dkt", split, args, torch)
     assert steps.tolist() == list(range(1, 10))
     np.testing.assert_allclose(probability, (c[steps - 1] + 1) / 100, rtol=1e-6)
@@ -220,18 +220,18 @@ def test_fold_rows_refuse_a_peer_that_missed_a_common_row(tmp_path):
     for column in peer_scores.OURS:
         ours[column] = np.linspace(0.1, 0.9, 6)
     ours.to_parquet(stream)
-    (folder / "dkt").mkdir()
+    (folder / "dkt-pykt").mkdir()
     pd.DataFrame({"row_id": [11, 12, 14, 15], "prediction": 0.5}).to_csv(
-        folder / "dkt" / "predictions.csv", index=False
+        folder / "dkt-pykt" / "predictions.csv", index=False
     )
     rows = peer_scores.fold_rows(ctx, plan, model_dir, 0)
     assert rows["first_step"].tolist() == [True, False, False, True, False, False]
-    assert rows["dkt"].isna().tolist() == rows["first_step"].tolist()
+    assert rows["dkt-pykt"].isna().tolist() == rows["first_step"].tolist()
     assert rows["student"].tolist() == [0, 0, 0, 1, 1, 1]
     assert rows["position"].tolist() == [0, 1, 2, 0, 1, 2]
     assert rows["repeat"].tolist() == [False, True, False, False, False, True]
     pd.DataFrame({"row_id": [11, 12, 14], "prediction": 0.5}).to_csv(
-        folder / "dkt" / "predictions.csv", index=False
+        folder / "dkt-pykt" / "predictions.csv", index=False
     )
     with pytest.raises(ValueError, match="expected a prediction for each"):
         peer_scores.fold_rows(ctx, plan, model_dir, 0)

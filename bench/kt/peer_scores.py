@@ -19,9 +19,10 @@ import pandas as pd
 
 from bench.benchlib import relative
 from bench.fold_run import FoldRun
-from bench.kt.peer_configs import NAMES, PEERS, peer_config
+from bench.kt.peer_configs import RUN_KEYS, run_name
 from bench.kt.peer_data import peer_fold_dir
 from bench.kt.plans import Context, DatasetPlan
+from common.errors import UserError
 from common.files import write_text
 from common.metrics import auc_or_nan, paired_bootstrap_auc_difference
 from common.workspace import Workspace
@@ -35,8 +36,8 @@ COLUMNS = [
     "dataset", "split", "multi_skill_rows", "model", "folds", "auc_mean", "auc_std",
     "auc_pooled", "rows_scored", "model_minus", "model_minus_low", "model_minus_high",
     "blend_minus", "blend_minus_low", "blend_minus_high", "rows_first_steps", "rows_cut_history",
-    "best_epoch", "epochs_run",
-    "train_seconds_per_fold", "config",
+    "best_epoch", "epochs_run", "train_seconds_per_fold", "seconds_per_epoch", "size",
+    "config", "pykt_source",
 ]  # fmt: skip
 
 
@@ -68,7 +69,7 @@ def fold_rows(ctx: Context, plan: DatasetPlan, ours: Workspace, k: int) -> pd.Da
     for column in OURS:
         rows[column] = ours.loc[row_id, column].to_numpy()
     common = rows.loc[~rows["first_step"], "row_id"]
-    for peer in PEERS:
+    for peer in RUN_KEYS:
         path = peer_fold_dir(ctx, plan, k) / peer / "predictions.csv"
         if path.exists():
             predicted = pd.read_csv(path).set_index("row_id")["prediction"]
@@ -102,7 +103,7 @@ def score_table(
     if not every:
         return [], None
     table = []
-    for scorer in [*OURS, *PEERS]:
+    for scorer in [*OURS, *RUN_KEYS]:
         folds = [f[~f["first_step"]] for f in every if scorer in f]
         if folds:
             table.append(score_row(ctx, plan, scorer, folds, bootstrap))
@@ -136,7 +137,7 @@ def score_row(
             pooled["label"], pooled[ours], pooled[scorer], clusters, bootstrap, seed=0
         )
         row.update(zip((name, f"{name}_low", f"{name}_high"), diff, strict=True))
-    if scorer in PEERS:
+    if scorer in RUN_KEYS:
         row.update(peer_summary(ctx, plan, scorer, [int(f["fold"].iloc[0]) for f in folds]))
     return row
 
@@ -157,7 +158,7 @@ def slice_table(plan: DatasetPlan, rows: pd.DataFrame, folds_of: dict[str, str])
     scorer on the folds every peer has finished (the folds of its table row)."""
     shared = set.intersection(*(set(v.split(",")) for v in folds_of.values()))
     rows = rows[rows["fold"].astype(str).isin(shared)]
-    scorers = [c for c in [*OURS, *PEERS] if c in rows and _name(c) in folds_of]
+    scorers = [c for c in [*OURS, *RUN_KEYS] if c in rows and _name(c) in folds_of]
     head = f"| {plan.preset} ({plan.split}), folds {','.join(sorted(shared))} | rows | "
     lines = [head + " | ".join(_name(c) for c in scorers) + " |"]
     lines.append("| --- | ---: |" + " ---: |" * len(scorers))
@@ -172,16 +173,22 @@ def slice_table(plan: DatasetPlan, rows: pd.DataFrame, folds_of: dict[str, str])
 
 
 def _name(scorer: str) -> str:
-    return OURS[scorer] if scorer in OURS else NAMES[scorer]
+    return OURS[scorer] if scorer in OURS else run_name(scorer)
 
 
 def peer_summary(ctx: Context, plan: DatasetPlan, peer: str, folds: list[int]) -> dict:
+    """A peer run's means over its folds: epochs, times, and what it ran (its size, the
+    hyperparameters' origin and the pyKT it ran in, as its result.json recorded them)."""
     results = peer_results(ctx, plan, peer, folds)
+    first = results[0]
     return {
         "best_epoch": float(np.mean([r["best_epoch"] for r in results])),
         "epochs_run": float(np.mean([r["epochs_run"] for r in results])),
         "train_seconds_per_fold": float(np.mean([r["wall_seconds"] for r in results])),
-        "config": peer_config(peer, plan.preset).source,
+        "seconds_per_epoch": float(np.mean([r["seconds_per_epoch"] for r in results])),
+        "size": first["size"],
+        "config": first["source"],
+        "pykt_source": first["pykt_source"],
     }
 
 
@@ -216,17 +223,52 @@ def write_tables(
     results: Path,
     bootstrap: int,
     seq_len: int,
+    replace: bool = False,
 ) -> str:
-    """kt_peers.csv and kt_peers.txt from every finished fold; returns the text."""
+    """kt_peers.csv and kt_peers.txt from every finished fold; returns the text. Refused
+    (UserError, nothing written) when no fold is finished, and when the tables at
+    `results` hold a row (data set, split, model) the work folder has not finished,
+    unless `replace`: a partial run never overwrites finished results."""
     table, slices = [], []
     for plan in plans:
         rows, every = score_table(ctx, plan, our_model, bootstrap, seq_len)
         table += rows
         if every is not None:
             slices.append(slice_table(plan, every, {r["model"]: r["folds"] for r in rows}))
+    if not table:
+        looked = [relative(ctx.model_dir(plan, our_model)) for plan in plans]
+        raise UserError(
+            f"no finished fold under {relative(ctx.args.work_dir)}: a fold is finished when "
+            f"our recipe has streamed it (runs/bench/fold<k>/ under {', '.join(looked)}) and "
+            "its peers' data exists; nothing written"
+        )
     frame = pd.DataFrame(table, columns=COLUMNS)
+    csv = results.with_suffix(".csv")
+    if csv.exists() and not replace:
+        dropped = _dropped_rows(csv, frame)
+        if dropped:
+            raise UserError(
+                f"{relative(csv)} holds {len(dropped)} row(s) the work folder "
+                f"{relative(ctx.args.work_dir)} has not finished ({'; '.join(dropped[:4])}"
+                f"{' ...' if len(dropped) > 4 else ''}); nothing written: finish them, give "
+                "another --results, or --replace to drop them"
+            )
     results.parent.mkdir(parents=True, exist_ok=True)
-    write_text(results.with_suffix(".csv"), frame.to_csv(index=False, float_format="%.6g"))
+    write_text(csv, frame.to_csv(index=False, float_format="%.6g"))
     text = render(frame) + "\n\nAUC by slice of the rows:\n\n" + "\n\n".join(slices)
     write_text(results.with_suffix(".txt"), relative(text) + "\n")
     return text
+
+
+def _dropped_rows(csv: Path, frame: pd.DataFrame) -> list[str]:
+    """The rows (data set, split, model) of the table at `csv` that `frame` lacks."""
+    try:
+        old = pd.read_csv(csv, usecols=["dataset", "split", "model"], dtype=str)
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise UserError(f"{relative(csv)}: not a table of this bench ({error})") from None
+    new = set(zip(frame["dataset"], frame["split"], frame["model"], strict=True))
+    return [
+        f"{d} ({s}) {m}"
+        for d, s, m in zip(old["dataset"], old["split"], old["model"], strict=True)
+        if (d, s, m) not in new
+    ]

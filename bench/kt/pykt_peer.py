@@ -4,17 +4,35 @@ project's `common`, so pyKT stays out of the pipeline's dependencies.
 
     <pykt venv>/bin/python bench/kt/pykt_peer.py --data fold0.npz --model akt \
         --out-dir DIR [--epochs 30 --patience 5 --batch-size 64 --lr 1e-4 ...]
+    <pykt venv>/bin/python bench/kt/pykt_peer.py --data fold0.npz --model akt --check-trim
+    <pykt venv>/bin/python bench/kt/pykt_peer.py --data fold0.npz --model akt --time-epochs \
+        --out-dir DIR
 
 Input (`--data`, written by bench/kt/peers.py): every student of the fold as a sequence of
 steps (one step per task container: one question answered, its concept and response),
 in three splits: `train` (what the model fits), `inner` (the training students held out
 by 03's inner split: their steps before the inner cut, then the scored steps) and `test`
 (the fold's validation students: their history, then the scored steps), with the row ids
-of each scored step. Training is pyKT's own: its loss (`pykt.models.train_model.
-model_forward`), Adam, sequences cut into consecutive windows of `--seq-len` steps as
-pyKT's data preparation cuts them (windows under 3 steps dropped, pyKT's min_seq_len).
-The epoch is chosen on the inner split's AUC (early stopping after `--patience` epochs
-without a gain); that epoch's weights predict the test split.
+of each scored step.
+
+Models (MODELS): pykt-toolkit's DKT, DKVMN, SAKT, SAINT and AKT (in 0.0.38, PyPI's
+release, and in pyKT's source), and simpleKT, sparseKT (top-K: emb_type qid_sparseattn;
+soft: qid_accumulative_attn) and stableKT (pyKT's source only). This script drives each:
+the model's forward called directly, and pyKT's own loss (`pykt.models.train_model.
+cal_loss`, the loss its `model_forward` computes for the model, AKT's regularizer
+included) with Adam; sequences cut into consecutive windows of `--seq-len` steps as pyKT's
+data preparation cuts them (windows under 3 steps dropped, pyKT's min_seq_len). The epoch
+is chosen on the inner split's AUC (early stopping after `--patience` epochs without a
+gain); that epoch's weights predict the test split.
+
+Trimmed batches (the default; `--no-trim` pads every window to --seq-len as pyKT does):
+windows are batched with windows of similar length (shuffled, then ordered by length, the
+batches taken in random order) and each batch is cut at its longest window. Each model
+here is causal (a position reads only the positions before it: DKT's LSTM, the
+attention models' masks), so a window's predictions do not depend on the padding after
+it: `--check-trim` proves it on real batches of the fold (trimmed and padded predictions
+agree within 1e-5) and `--time-epochs` measures what it saves (one training epoch and one
+inner prediction each way, from the same weights).
 
 Prediction: every scored step after a student's first gets the model's probability
 given the steps before it, read from a window of `--seq-len` steps that ends at or after
@@ -24,8 +42,8 @@ student's first step has no prediction (pyKT's outputs start at the second step)
 `--stride 1` is pyKT's window evaluation exactly (seq_len - 1 earlier steps).
 
 Output (`--out-dir`): predictions.csv (row_id, prediction), history.csv (epoch, loss,
-inner AUC, seconds) and result.json (config, best epoch, counts, times), each written
-to a temporary name and renamed.
+inner AUC, seconds) and result.json (config, best epoch, counts, times, the pyKT source
+the venv holds), each written to a temporary name and renamed.
 """
 
 from __future__ import annotations
@@ -43,10 +61,21 @@ import numpy as np
 
 PAD = -1
 MIN_STEPS = 3  # pyKT's min_seq_len: shorter training windows are dropped
-# models of pykt-toolkit 0.0.38 (the release on PyPI) this bench drives, and what they read
+CHECK_TOLERANCE = 1e-5  # --check-trim: largest difference allowed, trimmed against padded
+# the models this bench drives: name -> (pyKT's class, its emb_type or None); the first
+# five are in pykt-toolkit 0.0.38 (PyPI) too, the others only in pyKT's source
 CONCEPT_MODELS = ("dkt", "dkvmn", "sakt")  # concept (skill) ids and responses only
 QUESTION_MODELS = ("akt", "saint")  # question ids too, where the data has them
-MODELS = (*CONCEPT_MODELS, *QUESTION_MODELS)
+SOURCE_MODELS = ("simplekt", "sparsekt_topk", "sparsekt_soft", "stablekt")
+MODELS = (*CONCEPT_MODELS, *QUESTION_MODELS, *SOURCE_MODELS)
+EMB_TYPES = {
+    "simplekt": "qid",
+    "sparsekt_topk": "qid_sparseattn",
+    "sparsekt_soft": "qid_accumulative_attn",
+    "stablekt": "qid",
+}
+# pyKT models whose forward reads pyKT's batch dict (the others take id tensors)
+DICT_MODELS = SOURCE_MODELS
 
 
 # ---------------------------------------------------------------------------------------
@@ -89,16 +118,34 @@ def prediction_windows(
     return passes
 
 
+def batch_order(lengths: np.ndarray, batch_size: int, trim: bool, rng) -> list[np.ndarray]:
+    """The windows of each batch, as indices into `lengths`. Padded (trim False): in a
+    random order, or as given without a generator. Trimmed: windows of similar length
+    together (a random order, then a stable sort by length, so equal lengths mix), the
+    batches in a random order, or shortest first without a generator."""
+    n = len(lengths)
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    if trim:
+        order = order[np.argsort(lengths[order], kind="stable")]
+    batches = [order[b : b + batch_size] for b in range(0, n, batch_size)]
+    if trim and rng is not None:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
 # ---------------------------------------------------------------------------------------
 # batches in pyKT's layout (pykt.datasets.data_loader.KTDataset.__getitem__)
 
 
-def pykt_batch(split: dict, windows: list, seq_len: int, torch) -> dict:
-    """pyKT's batch dict for windows [(first, end), ...]: qseqs/cseqs/rseqs of steps
-    0..L-2 and shft_* of steps 1..L-1, padding zeroed, masks where both are real."""
-    q = np.full((len(windows), seq_len), PAD, dtype=np.int64)
+def pykt_batch(split: dict, windows: list, width: int, torch) -> dict:
+    """pyKT's batch dict for windows [(first, end), ...], each padded to `width` steps
+    (pyKT's seq_len, or the batch's longest window when trimmed): qseqs/cseqs/rseqs of
+    steps 0..width-2 and shft_* of steps 1..width-1, padding zeroed, masks where both are
+    real."""
+    q = np.full((len(windows), width), PAD, dtype=np.int64)
     c, r = q.copy(), q.copy()
     for i, (first, end) in enumerate(windows):
+        end = min(end, first + width)  # a window wider than the batch loses its tail
         q[i, : end - first] = split["q"][first:end]
         c[i, : end - first] = split["c"][first:end]
         r[i, : end - first] = split["r"][first:end]
@@ -114,65 +161,145 @@ def pykt_batch(split: dict, windows: list, seq_len: int, torch) -> dict:
     return batch
 
 
+def batch_width(windows: list, seq_len: int, trim: bool) -> int:
+    """The batch's width: its longest window when trimmed, else seq_len."""
+    return max(end - first for first, end in windows) if trim else seq_len
+
+
 def to_device(batch: dict, device) -> dict:
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def forward_probabilities(model, name: str, batch: dict, torch):
-    """(B, L-1) probability of steps 1..L-1, as pykt.models.evaluate_model.evaluate
-    computes it for each model."""
+def model_outputs(model, name: str, batch: dict, torch, train: bool) -> tuple[list, list]:
+    """(ys, preloss) as pykt.models.train_model.model_forward hands them to cal_loss: ys[0]
+    the (B, L-1) probability of steps 1..L-1; preloss AKT's regularizer. Every model's
+    forward is called here, not through model_forward, whose unpacking fails on sparseKT
+    (its forward(train=True) returns 4 values); the calls are model_forward's and
+    evaluate_model.evaluate's for each model."""
     q, c, r = batch["qseqs"], batch["cseqs"], batch["rseqs"]
     qshft, cshft, rshft = batch["shft_qseqs"], batch["shft_cseqs"], batch["shft_rseqs"]
     cq, cc = torch.cat((q[:, :1], qshft), dim=1), torch.cat((c[:, :1], cshft), dim=1)
     cr = torch.cat((r[:, :1], rshft), dim=1)
     if name == "dkt":
         y = model(c.long(), r.long())
-        return (y * torch.nn.functional.one_hot(cshft.long(), model.num_c)).sum(-1)
+        return [(y * torch.nn.functional.one_hot(cshft.long(), model.num_c)).sum(-1)], []
     if name == "dkvmn":
-        return model(cc.long(), cr.long())[:, 1:]
+        return [model(cc.long(), cr.long())[:, 1:]], []
     if name == "sakt":
-        return model(c.long(), r.long(), cshft.long())
+        return [model(c.long(), r.long(), cshft.long())], []
     if name == "saint":
-        return model(cq.long(), cc.long(), r.long())[:, 1:]
+        return [model(cq.long(), cc.long(), r.long())[:, 1:]], []
     if name == "akt":
-        return model(cc.long(), cr.long(), cq.long())[0][:, 1:]
+        y, reg_loss = model(cc.long(), cr.long(), cq.long())
+        return [y[:, 1:]], [reg_loss]
+    if name in ("simplekt", "stablekt"):
+        if train:
+            y, y2, y3 = model(batch, train=True)
+            return [y[:, 1:], y2, y3], []
+        return [model(batch)[:, 1:]], []
+    if name in ("sparsekt_topk", "sparsekt_soft"):
+        if train:
+            y, y2, y3, _ = model(batch, train=True)  # the 4th: its c_reg_loss, always 0
+            return [y[:, 1:], y2, y3], []
+        return [model(batch)[0][:, 1:]], []
     raise ValueError(f"model: expected one of {MODELS}, got {name!r}")
+
+
+def forward_probabilities(model, name: str, batch: dict, torch):
+    """(B, L-1) probability of steps 1..L-1, as pykt.models.evaluate_model.evaluate
+    computes it for each model."""
+    return model_outputs(model, name, batch, torch, train=False)[0][0]
+
+
+def peer_loss(model, name: str, batch: dict, torch):
+    """pyKT's training loss of the model on the batch (cal_loss, as model_forward calls
+    it)."""
+    from pykt.models.train_model import cal_loss
+
+    ys, preloss = model_outputs(model, name, batch, torch, train=True)
+    r, rshft, sm = batch["rseqs"], batch["shft_rseqs"], batch["smasks"]
+    return cal_loss(model, ys, r, rshft, sm, preloss)
 
 
 # ---------------------------------------------------------------------------------------
 # the model, training and prediction
 
 
-def build_model(name: str, params: dict, meta: dict, seq_len: int):
-    """A pykt-toolkit model as pykt.models.init_model builds it (num_q 0 where the data
-    has no question ids of its own, as pyKT runs concept-only data sets)."""
-    from pykt.models import akt, dkt, dkvmn, saint, sakt
-
+def build_model(name: str, params: dict, meta: dict, seq_len: int, torch):
+    """A pyKT model as pykt.models.init_model builds it (num_q 0 where the data has no
+    question ids of its own, as pyKT runs concept-only data sets; seq_len where
+    examples/wandb_train.py passes it)."""
     num_c, num_q = meta["num_c"], meta["num_q"] if meta["has_questions"] else 0
     if name == "dkt":
-        return dkt.DKT(num_c, **params)
+        from pykt.models.dkt import DKT
+
+        return DKT(num_c, **params)
     if name == "dkvmn":
-        return dkvmn.DKVMN(num_c, **params)
+        from pykt.models.dkvmn import DKVMN
+
+        return DKVMN(num_c, **params)
     if name == "sakt":
-        return sakt.SAKT(num_c, seq_len, **params)
+        from pykt.models.sakt import SAKT
+
+        return SAKT(num_c, seq_len, **params)
     if name == "saint":
-        return saint.SAINT(num_q, num_c, seq_len, **params)
+        from pykt.models.saint import SAINT
+
+        return SAINT(num_q, num_c, seq_len, **params)
     if name == "akt":
-        return akt.AKT(num_c, num_q, **params)
+        from pykt.models.akt import AKT
+
+        return AKT(num_c, num_q, **params)
+    if name == "simplekt":
+        from pykt.models.simplekt import simpleKT
+
+        return simpleKT(num_c, num_q, **params, seq_len=seq_len, emb_type=EMB_TYPES[name])
+    if name in ("sparsekt_topk", "sparsekt_soft"):
+        from pykt.models.sparsekt import sparseKT
+
+        return sparseKT(num_c, num_q, **params, seq_len=seq_len, emb_type=EMB_TYPES[name])
+    if name == "stablekt":
+        from pykt.models.stablekt import stableKT
+
+        with cuda_tensors_stay(torch):
+            return stableKT(num_c, num_q, **params, seq_len=seq_len, emb_type=EMB_TYPES[name])
     raise ValueError(f"model: expected one of {MODELS}, got {name!r}")
 
 
-def predict(model, name: str, split: dict, args, torch) -> tuple[np.ndarray, np.ndarray]:
+class cuda_tensors_stay:
+    """stableKT's constructor moves its ALiBi tables to CUDA unconditionally
+    (`torch.arange(...).cuda()`), which fails on a machine without CUDA. Without CUDA,
+    Tensor.cuda returns the tensor itself while the model is built (the tables stay on
+    the CPU, where the model runs); with CUDA nothing changes."""
+
+    def __init__(self, torch):
+        self.torch, self.saved = torch, None
+
+    def __enter__(self):
+        if not self.torch.cuda.is_available():
+            self.saved = self.torch.Tensor.cuda
+            self.torch.Tensor.cuda = lambda tensor, *args, **kwargs: tensor
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self.torch.Tensor.cuda = self.saved
+
+
+def predict(
+    model, name: str, split: dict, args, torch, trim: bool | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(flat steps, probabilities) of every scored step after its sequence's first."""
     model.eval()
+    trim = args.trim if trim is None else trim
     passes = prediction_windows(split["offsets"], split["scored"], args.seq_len, args.stride)
+    lengths = np.array([end - first for first, end, _ in passes], dtype=np.int64)
     steps, probabilities = [], []
     with torch.no_grad():
-        for b in range(0, len(passes), args.batch_size):
-            chunk = passes[b : b + args.batch_size]
-            batch = to_device(
-                pykt_batch(split, [p[:2] for p in chunk], args.seq_len, torch), args.device
-            )
+        for chosen in batch_order(lengths, args.batch_size, trim, None):
+            chunk = [passes[i] for i in chosen]
+            windows = [p[:2] for p in chunk]
+            width = batch_width(windows, args.seq_len, trim)
+            batch = to_device(pykt_batch(split, windows, width, torch), args.device)
             y = forward_probabilities(model, name, batch, torch).float().cpu().numpy()
             for i, (first, _, kept) in enumerate(chunk):
                 steps.append(kept)
@@ -188,16 +315,16 @@ def weighted_auc(labels: np.ndarray, scores: np.ndarray, weights: np.ndarray) ->
     return float(roc_auc_score(labels, scores, sample_weight=weights))
 
 
-def train_epoch(model, name, opt, split, windows, args, rng, torch) -> float:
-    from pykt.models.train_model import model_forward
-
+def train_epoch(model, name, opt, split, windows, args, rng, torch, trim=None) -> float:
     model.train()
-    order = rng.permutation(len(windows))
+    trim = args.trim if trim is None else trim
+    lengths = np.array([end - first for first, end in windows], dtype=np.int64)
     losses = []
-    for b in range(0, len(order), args.batch_size):
-        chosen = [windows[i] for i in order[b : b + args.batch_size]]
-        batch = to_device(pykt_batch(split, chosen, args.seq_len, torch), args.device)
-        loss = model_forward(model, batch)
+    for chosen in batch_order(lengths, args.batch_size, trim, rng):
+        batch_windows = [windows[i] for i in chosen]
+        width = batch_width(batch_windows, args.seq_len, trim)
+        batch = to_device(pykt_batch(split, batch_windows, width, torch), args.device)
+        loss = peer_loss(model, name, batch, torch)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -237,6 +364,77 @@ def fit(model, name: str, splits: dict, args, torch) -> tuple[dict, list[dict]]:
 
 
 # ---------------------------------------------------------------------------------------
+# the trim's check and its speed
+
+
+def check_trim(model, name: str, split: dict, args, torch) -> dict:
+    """Trimmed against padded predictions on real batches of the split: --check-batches
+    batches of --batch-size prediction windows drawn at random (seed --seed), ordered by
+    length and cut into batches as the trimmed prediction batches them; each batch
+    predicted at its longest window's width and at --seq-len. Returns the largest
+    absolute difference over every kept step and what was checked."""
+    model.eval()
+    passes = prediction_windows(split["offsets"], split["scored"], args.seq_len, args.stride)
+    rng = np.random.default_rng(args.seed)
+    count = min(len(passes), args.check_batches * args.batch_size)
+    drawn = [passes[i] for i in rng.choice(len(passes), size=count, replace=False)]
+    drawn.sort(key=lambda p: p[1] - p[0])
+    largest, steps, missing, widths = 0.0, 0, 0, []
+    with torch.no_grad():
+        for b in range(0, len(drawn), args.batch_size):
+            chunk = drawn[b : b + args.batch_size]
+            windows = [p[:2] for p in chunk]
+            width = batch_width(windows, args.seq_len, trim=True)
+            outputs = []
+            for w in (width, args.seq_len):
+                batch = to_device(pykt_batch(split, windows, w, torch), args.device)
+                outputs.append(forward_probabilities(model, name, batch, torch).double().cpu())
+            trimmed, padded = (o.numpy() for o in outputs)
+            for i, (first, _, kept) in enumerate(chunk):
+                column = kept - first - 1
+                if column.max() >= trimmed.shape[1]:  # a step the trimmed batch lacks
+                    missing += int((column >= trimmed.shape[1]).sum())
+                    column = column[column < trimmed.shape[1]]
+                gap = np.abs(trimmed[i, column] - padded[i, column])
+                largest = max(largest, float(gap.max(initial=0.0)))
+                steps += len(kept)
+            widths.append(width)
+    return {
+        "model": name, "batches": len(widths), "steps": steps, "widths": widths,
+        "max_abs_difference": largest, "steps_missing": missing, "tolerance": CHECK_TOLERANCE,
+        "passed": bool(largest <= CHECK_TOLERANCE and missing == 0),
+    }  # fmt: skip
+
+
+def time_epochs(model, name: str, splits: dict, args, torch) -> dict:
+    """Seconds of one training epoch and of one inner prediction, padded and trimmed,
+    each from the same initial weights and optimizer state (the batches' draw the same
+    seed), padded first."""
+    windows = training_windows(splits["train"]["offsets"], args.seq_len)
+    start = copy.deepcopy(model.state_dict())
+    record = {"model": name, "training_windows": len(windows)}
+    for label, trim in (("padded", False), ("trimmed", True)):
+        model.load_state_dict(start)
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+        rng = np.random.default_rng(args.seed)
+        clock = time.perf_counter()
+        loss = train_epoch(model, name, opt, splits["train"], windows, args, rng, torch, trim)
+        record[f"{label}_train_seconds"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        predict(model, name, splits["inner"], args, torch, trim)
+        record[f"{label}_inner_seconds"] = time.perf_counter() - clock
+        record[f"{label}_loss"] = loss
+        print(
+            f"{name} {label}: epoch {record[f'{label}_train_seconds']:.1f} s, inner "
+            f"prediction {record[f'{label}_inner_seconds']:.1f} s (loss {loss:.4f})",
+            flush=True,
+        )
+    record["train_speedup"] = record["padded_train_seconds"] / record["trimmed_train_seconds"]
+    record["inner_speedup"] = record["padded_inner_seconds"] / record["trimmed_inner_seconds"]
+    return record
+
+
+# ---------------------------------------------------------------------------------------
 # files
 
 
@@ -256,8 +454,16 @@ def load_splits(path: Path) -> tuple[dict, dict]:
 
 def write_atomic(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, lambda t: t.write_text(json.dumps(record, indent=2) + "\n"))
 
 
 def write_outputs(out_dir: Path, test: dict, steps, p, history, record) -> None:
@@ -273,13 +479,25 @@ def write_outputs(out_dir: Path, test: dict, steps, p, history, record) -> None:
     write_atomic(out_dir / "history.csv", lambda t: pd.DataFrame(history).to_csv(t, index=False))
     record["rows_predicted"] = int(kept.sum())
     record["rows_without_prediction"] = int((~kept).sum())
-    write_atomic(out_dir / "result.json", lambda t: t.write_text(json.dumps(record, indent=2)))
+    write_json(out_dir / "result.json", record)
+
+
+def settings(args: argparse.Namespace) -> dict:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
+def pykt_source() -> str:
+    """Which pyKT this venv holds: scripts/setup_pykt_env.sh's note, else the version."""
+    note = Path(sys.prefix) / "pykt-source.txt"
+    if note.exists():
+        return note.read_text().strip()
+    return f"pykt-toolkit {metadata.version('pykt-toolkit')}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, required=True)
-    p.add_argument("--out-dir", type=Path, required=True)
+    p.add_argument("--out-dir", type=Path, help="where the outputs go (not for --check-trim)")
     p.add_argument("--model", choices=MODELS, required=True)
     p.add_argument("--params", default="{}", help="the model's constructor arguments (JSON)")
     p.add_argument("--epochs", type=int, default=30)
@@ -291,11 +509,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
+    pad = "pad every batch to --seq-len as pyKT does (default: trimmed batches)"
+    p.add_argument("--no-trim", dest="trim", action="store_false", help=pad)
+    check = "check that trimmed and padded predictions agree (untrained weights); train nothing"
+    p.add_argument("--check-trim", action="store_true", help=check)
+    p.add_argument("--check-batches", type=int, default=8, help="batches --check-trim checks")
+    timing = "time one epoch and one inner prediction padded and trimmed (speed.json)"
+    p.add_argument("--time-epochs", action="store_true", help=timing)
     args = p.parse_args(argv)
-    if min(args.epochs, args.patience, args.batch_size, args.threads) < 1:
-        p.error("--epochs, --patience, --batch-size and --threads: expected positive integers")
+    if min(args.epochs, args.patience, args.batch_size, args.threads, args.check_batches) < 1:
+        p.error(
+            "--epochs, --patience, --batch-size, --threads and --check-batches: expected "
+            "positive integers"
+        )
     if not 1 <= args.stride < args.seq_len:
         p.error(f"--stride: expected 1 <= stride < --seq-len ({args.seq_len}), got {args.stride}")
+    if args.check_trim and args.time_epochs:
+        p.error("--check-trim and --time-epochs: choose one")
+    if args.out_dir is None and not args.check_trim:
+        p.error("--out-dir is required (but with --check-trim)")
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as error:
+        p.error(f"--params: not JSON ({error})")
+    if not isinstance(params, dict):
+        p.error("--params: expected a JSON object of the model's constructor arguments")
+    args.params = params
     return args
 
 
@@ -306,19 +545,38 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     splits, meta = load_splits(args.data)
-    params = json.loads(args.params)
-    model = build_model(args.model, params, meta, args.seq_len).to(args.device)
+    model = build_model(args.model, args.params, meta, args.seq_len, torch).to(args.device)
+    if args.check_trim:
+        record = check_trim(model, args.model, splits["inner"], args, torch)
+        verdict = "agree" if record["passed"] else "DIFFER"
+        print(
+            f"{args.model}: trimmed and padded predictions {verdict}: largest difference "
+            f"{record['max_abs_difference']:.2e} over {record['steps']:,} steps "
+            f"({record['steps_missing']:,} missing from the trimmed batches) in "
+            f"{record['batches']} batches of widths {record['widths']} (tolerance "
+            f"{CHECK_TOLERANCE:g})",
+            flush=True,
+        )
+        return 0 if record["passed"] else 1
+    if args.time_epochs:
+        record = time_epochs(model, args.model, splits, args, torch)
+        record.update(params=args.params, pykt_source=pykt_source(), torch=torch.__version__)
+        record["settings"] = settings(args)
+        write_json(args.out_dir / "speed.json", record)
+        return 0
     clock = time.perf_counter()
     best, history = fit(model, args.model, splits, args, torch)
     model.load_state_dict(best)
     steps, p = predict(model, args.model, splits["test"], args, torch)
     best_epoch = max(history, key=lambda h: h["inner_auc"])
     record = {
-        "model": args.model, "params": params, "meta": meta,
-        "pykt_version": metadata.version("pykt-toolkit"), "torch": torch.__version__,
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "model": args.model, "params": args.params, "meta": meta,
+        "pykt_version": metadata.version("pykt-toolkit"), "pykt_source": pykt_source(),
+        "torch": torch.__version__,
+        "settings": settings(args),
         "epochs_run": len(history), "best_epoch": best_epoch["epoch"],
         "best_inner_auc": best_epoch["inner_auc"], "wall_seconds": time.perf_counter() - clock,
+        "seconds_per_epoch": float(np.mean([h["train_seconds"] for h in history])),
         "parameters": sum(t.numel() for t in model.parameters()),
     }  # fmt: skip
     write_outputs(args.out_dir, splits["test"], steps, p, history, record)
