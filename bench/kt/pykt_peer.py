@@ -26,7 +26,8 @@ is chosen on the inner split's AUC (early stopping after `--patience` epochs wit
 gain); that epoch's weights predict the test split.
 
 Trimmed batches (the default; `--no-trim` pads every window to --seq-len as pyKT does):
-windows are batched with windows of similar length (shuffled, then ordered by length, the
+windows are batched with windows of similar length (shuffled, then ordered by length; in
+training each batch holds about --batch-size x the mean window length of steps, the
 batches taken in random order) and each batch is cut at its longest window. Each model
 here is causal (a position reads only the positions before it: DKT's LSTM, the
 attention models' masks), so a window's predictions do not depend on the padding after
@@ -119,18 +120,27 @@ def prediction_windows(
 
 
 def batch_order(lengths: np.ndarray, batch_size: int, trim: bool, rng) -> list[np.ndarray]:
-    """The windows of each batch, as indices into `lengths`. Padded (trim False): in a
-    random order, or as given without a generator. Trimmed: windows of similar length
-    together (a random order, then a stable sort by length, so equal lengths mix), the
-    batches in a random order, or shortest first without a generator."""
+    """The windows of each batch, as indices into `lengths`. Padded (trim False): batches
+    of `batch_size` windows, in a random order (or as given without a generator).
+    Trimmed: windows of similar length together (a random order, then a stable sort by
+    length, so that equal lengths mix). Training (a generator): each batch holds about
+    batch_size x the mean window length of steps, so that an epoch takes as many steps
+    as pyKT's and each step weighs as many positions as one of pyKT's random batches
+    does on average (pyKT's loss is a mean over a batch's positions); the batches in a
+    random order. Prediction (no generator): batches of `batch_size` windows, shortest
+    first."""
     n = len(lengths)
     order = rng.permutation(n) if rng is not None else np.arange(n)
-    if trim:
-        order = order[np.argsort(lengths[order], kind="stable")]
-    batches = [order[b : b + batch_size] for b in range(0, n, batch_size)]
-    if trim and rng is not None:
-        batches = [batches[i] for i in rng.permutation(len(batches))]
-    return batches
+    if not trim:
+        return [order[b : b + batch_size] for b in range(0, n, batch_size)]
+    order = order[np.argsort(lengths[order], kind="stable")]
+    if rng is None:
+        return [order[b : b + batch_size] for b in range(0, n, batch_size)]
+    budget = batch_size * float(lengths.mean()) if n else 1.0
+    ends = np.searchsorted(np.cumsum(lengths[order]), budget * np.arange(1, n + 1), "left") + 1
+    ends = np.unique(np.minimum(ends, n))
+    batches = np.split(order, ends[:-1]) if n else []
+    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 # ---------------------------------------------------------------------------------------
