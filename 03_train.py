@@ -58,9 +58,12 @@ def main(argv: list[str] | None = None) -> int:
                 name = name or run_name(fold_config)
                 if len(folds) > 1:
                     print(f"== fold {k} ({folds.index(k) + 1} of {len(folds)})", flush=True)
-                history = train(fold_config, workspace, name, args.overwrite)
-                where = workspace.run(name).model(k, config.full_data).path
-                report(fold_config, history, where)
+                histories = train(fold_config, workspace, name, args.overwrite)
+                where = workspace.run(name).model(k, config.full_data)
+                for arch, history in histories.items():
+                    folder = where if arch == config.primary else where.member(arch)
+                    named = f"{arch}: " if len(histories) > 1 else ""
+                    report(fold_config, history, folder.path, named)
         finally:
             Distributed.from_env().close()  # torchrun: one process group for every fold
 
@@ -72,13 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
-def report(config: TrainConfig, history: list[dict], where: Path) -> None:
+def report(config: TrainConfig, history: list[dict], where: Path, named: str = "") -> None:
     if not history:
         return
     column = f"{config.select_on}_auc"
     best = max(history, key=lambda r: r[column] if r[column] == r[column] else -1)
     print(
-        f"best {config.select_on} validation AUC {best[column]:.4f} at epoch "
+        f"{named}best {config.select_on} validation AUC {best[column]:.4f} at epoch "
         f"{best['epoch']} (the fold's AUC there: {best['fold_auc']:.4f}); checkpoints in {where}"
     )
 

@@ -47,8 +47,8 @@ from bench.benchlib import (
 )
 from bench.fold_run import FoldRun, train_and_stream
 from common.files import atomic_file
-from common.model.blending import BLEND
-from common.model.boosting import TREES
+from common.model.trees.blending import BLEND
+from common.model.trees.boosting import TREES
 from common.tables import markdown_table
 from common.workspace import Workspace
 

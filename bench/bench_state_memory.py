@@ -30,9 +30,9 @@ from bench.benchlib import Report, load_average, peak_gb, results_flag
 from common.data.past_features import CATEGORICAL, FEATURE_NAMES
 from common.data.past_state import FeatureSnapshot
 from common.data.question_rates import QuestionRates
-from common.model.blend_bundle import BlendBundle
-from common.model.boosting import TreesConfig, to_trees
 from common.model.saint import SAINT, ModelConfig
+from common.model.trees.blend_bundle import BlendBundle
+from common.model.trees.boosting import TreesConfig, to_trees
 from common.stream.blend_state import BlendState
 from common.stream.kaggle_notebook import COMPETITION_STATE_GB, bundle_state
 from common.stream.online import FIELD_DTYPES, Snapshot

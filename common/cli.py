@@ -5,8 +5,10 @@ A field becomes `--field-name` (or the name in its metadata's "flag"), typed fro
 annotation; its help (metadata "help") ends with the default. A bool becomes the pair
 `--name` / `--no-name` (argparse's BooleanOptionalAction); its help says what True means,
 and the command line writes the `--no-` wording itself. A nested config dataclass
-(TrainConfig's `model`) contributes its own fields' flags. Fields whose metadata says
-`cli=False` (filled from the data) get no flag. Tuples and lists take a comma list.
+(TrainConfig's `model`) contributes its own fields' flags, each behind the "prefix" of
+the field's metadata where it has one (TrainConfig's `lstm`: --lstm-d-model). Fields
+whose metadata says `cli=False` (filled from the data) get no flag. Tuples and lists take
+a comma list.
 
 `--config FILE` (every script built on `parse_config`, and 00_convert_kt_dataset.py through
 `config_flag`) reads either form, flags given beside it overriding it:
@@ -56,19 +58,21 @@ def _default(f: Field) -> object:
     return MISSING
 
 
-def _flag_fields(cls: type, prefix: str = ""):
+def _flag_fields(cls: type, prefix: str = "", flag_prefix: str = ""):
     """(dotted path, flag name without dashes, field, annotation) of every field with a
-    flag, nested configs flattened."""
+    flag, nested configs flattened (a nested config's metadata "prefix" starts its fields'
+    flag names: TrainConfig's lstm section's d_model is --lstm-d-model)."""
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         if f.metadata.get("cli", True) is False:
             continue
         annotation = hints[f.name]
         if is_dataclass(annotation):
-            yield from _flag_fields(annotation, f"{prefix}{f.name}.")
+            nested = flag_prefix + f.metadata.get("prefix", "")
+            yield from _flag_fields(annotation, f"{prefix}{f.name}.", nested)
         else:
             name = f.metadata.get("flag", f.name.replace("_", "-"))
-            yield f"{prefix}{f.name}", name, f, annotation
+            yield f"{prefix}{f.name}", flag_prefix + name, f, annotation
 
 
 def _ranged(kind: type, f: Field) -> Callable[[str], object]:

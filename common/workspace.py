@@ -130,6 +130,12 @@ class ModelFolder:
     def checkpoint(self, name: str = BEST) -> Path:
         return self.path / name
 
+    def member(self, arch: str) -> ModelFolder:
+        """The folder of architecture `arch` of a run that trains several (03 --arch):
+        <fold{k}>/<arch>/, with its own checkpoints, history and config; the first
+        architecture trains in the fold's folder itself."""
+        return ModelFolder(self.path / arch)
+
     def file(self, name: str) -> Path:
         """A file of the folder by its name here (one of BLEND_FILES, STREAM_PREDICTIONS)."""
         return self.path / name
@@ -259,6 +265,11 @@ class Bundle:
     def snapshot(self) -> Path:
         """Every student's last receptive_field questions."""
         return self.state / "snapshot.npz"
+
+    def member_snapshot(self, arch: str) -> Path:
+        """Another architecture's start state (a run of several, 03 --arch: its model's
+        <model>/<arch>/best.pt)."""
+        return self.state / f"snapshot-{arch}.npz"
 
     @property
     def parts(self) -> Path:

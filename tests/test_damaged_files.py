@@ -1,5 +1,5 @@
 """Damaged files a stage reads back (issue 37): the trees, their inputs and the blend's
-weight beside a checkpoint, read through one checked reader (common.model.blend_bundle) by
+weight beside a checkpoint, read through one checked reader (common.model.trees.blend_bundle) by
 05, 04's export and --full, and the Kaggle notebook; a blend weight changed after 04
 streamed; the run table with bytes appended; Kaggle credentials that cannot give the export
 its owner; another demo's truth file. Each is refused with one line that names the file,
@@ -17,9 +17,9 @@ import pytest
 from common.data.dataset import Dataset
 from common.data.question_rates import QuestionRates
 from common.inputs.demo import make_demo
-from common.model import blending
-from common.model.blend_bundle import BlendBundle, BlendFileError, rewrite_in_run
-from common.model.trees import Trees
+from common.model.trees import blending
+from common.model.trees.blend_bundle import BlendBundle, BlendFileError, rewrite_in_run
+from common.model.trees.forest import Trees
 from common.report.scored_rows import TruthFileError, add_oracle
 from common.runs.artefacts import fold_weights
 from common.runs.table import RunsTableError, append_run_row, read_runs

@@ -32,8 +32,8 @@ from common.metrics import (
     score_metrics,
     threshold_metrics,
 )
-from common.model import blending as blend
-from common.model.boosting import TreesConfig
+from common.model.trees import blending as blend
+from common.model.trees.boosting import TreesConfig
 from common.report.baselines import revealed_history, student_question_blend
 from common.report.evaluate import EvaluateConfig, evaluate, slice_table
 from common.report.scored_rows import container_sizes, selection_note
@@ -312,7 +312,7 @@ TREES = TreesConfig(boost_rounds=40)
 def stream_with_trees(
     workspace: Workspace, folder, fold: Fold, results: pd.DataFrame, summary: dict
 ) -> tuple[pd.DataFrame, dict]:
-    """What 04 adds to a fold's stream with its trees (common.model.blending's
+    """What 04 adds to a fold's stream with its trees (common.model.trees.blending's
     fold_blend_bundle, as 04 calls it): the bundle beside the checkpoint, the model's and
     the trees' own columns, the blend submitted, and the blend record in the summary."""
     data = Dataset.load(workspace)

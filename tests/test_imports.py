@@ -169,11 +169,11 @@ def test_an_upward_import_in_the_package_fails_the_check(tmp_path: Path):
         target = package / path.relative_to(PACKAGE)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(path.read_text())
-    saint = package / "model" / "saint.py"
+    saint = package / "model" / "saint" / "model.py"
     saint.write_text(saint.read_text() + "\nfrom common.train.plan import lr_factor\n")
     graph, _ = import_graph(package)
     assert upward_imports(graph) == [
-        "common.model.saint (model) -> common.train.plan (train)",
+        "common.model.saint.model (model) -> common.train.plan (train)",
     ]
 
 

@@ -23,12 +23,12 @@ from common.data.dataset import Dataset
 from common.data.fold_data import Fold, load_fold_data
 from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
-from common.model.blend_bundle import BlendBundle
-from common.model.blending import BLEND
-from common.model.boosting import TREES, TreesConfig, fit_trees
 from common.model.checkpoint import save_model
 from common.model.saint import ModelConfig
-from common.model.trees import logit_blend
+from common.model.trees.blend_bundle import BlendBundle
+from common.model.trees.blending import BLEND
+from common.model.trees.boosting import TREES, TreesConfig, fit_trees
+from common.model.trees.forest import logit_blend
 from common.report.baselines import BaselineConfig
 from common.report.scored_rows import MODEL, load_fold_rows
 from common.stream.blend_state import BlendState

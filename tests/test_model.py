@@ -10,10 +10,10 @@ import torch
 
 from common.data.features import FlatSource, build_sequences, step_inputs, window_inputs
 from common.data.past_features import MODEL_FEATURES
-from common.model.attention import Rotary, attention_mask
-from common.model.attention_inputs import banded_blocks
 from common.model.predict import plan_student, to_tensors
 from common.model.saint import SAINT, ModelConfig
+from common.model.saint.attention import Rotary, attention_mask
+from common.model.saint.attention_inputs import banded_blocks
 from tests.helpers import preprocess_real_rows
 
 ALL_FEATURES = ("elapsed", "lag", "explanation", "answer", "question")

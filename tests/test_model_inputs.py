@@ -9,7 +9,7 @@ import torch
 
 from common.data.features import KEY_FIELDS
 from common.data.past_features import MODEL_FEATURES
-from common.model.config import DECODER_FEATURES
+from common.model.input_config import DECODER_FEATURES
 from common.model.inputs import DECODER_FEATURE, INPUTS
 from common.model.saint import SAINT, ModelConfig
 

@@ -14,7 +14,7 @@ from common.data.folds import FoldConfig, make_folds
 from common.data.past_features import FEATURE_NAMES, past_features, question_skills
 from common.data.past_state import FeatureSnapshot, PastFeatureState, build_feature_snapshot
 from common.data.question_rates import question_rates, training_entries
-from common.model.boosting import TreesConfig, training_matrix
+from common.model.trees.boosting import TreesConfig, training_matrix
 from common.stream.emulator import Emulator, EmulatorConfig, stream_frame
 from common.workspace import Workspace
 from tests.helpers import preprocess_real_rows

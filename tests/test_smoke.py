@@ -12,7 +12,7 @@ import pytest
 
 from common.data.arrays import TrainArrays
 from common.data.fold_data import Fold
-from common.model.trees import logit_blend
+from common.model.trees.forest import logit_blend
 from common.workspace import ModelFolder, Workspace
 from tests.helpers import RUN, run_numbered_script
 

@@ -17,10 +17,10 @@ from common.data.features import window_inputs
 from common.data.fold_data import load_fold_data, load_full_data
 from common.device import autocast_dtype
 from common.metrics import auc_or_nan
-from common.model.blend_bundle import BlendBundle
 from common.model.checkpoint import load_model, save_checkpoint
 from common.model.predict import to_tensors
 from common.model.saint import ModelConfig
+from common.model.trees.blend_bundle import BlendBundle
 from common.train.plan import (
     PartPlan,
     activation_bytes,

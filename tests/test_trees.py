@@ -1,4 +1,4 @@
-"""The boosted-features baseline as arrays (common/model/trees.py): its predictions equal
+"""The boosted-features baseline as arrays (common/model/trees/forest.py): its predictions equal
 scikit-learn's on real rows (missing values, unknown parts, values on a threshold), a
 hand-worked categorical case, the .npz round trip, and the predictor in the competition's
 2020 stack, where it ships without scikit-learn."""
@@ -19,13 +19,13 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from common.data.dataset import Dataset
 from common.data.features import build_sequences
 from common.data.past_features import FEATURE_NAMES, past_features, question_skills
-from common.model.boosting import (
+from common.model.trees.boosting import (
     TreesConfig,
     fit_trees,
     score_trees,
     to_trees,
 )
-from common.model.trees import Trees
+from common.model.trees.forest import Trees
 from common.workspace import Workspace
 from tests.helpers import REPO, preprocess_real_rows
 
@@ -200,7 +200,13 @@ def test_trees_save_and_load_as_they_were(fitted_on_real_rows, tmp_path):
 
 def test_trees_module_needs_nothing_newer_than_python_37():
     checked = subprocess.run(
-        [VERMIN, "-t=3.7-", "--violations", "--no-tips", str(REPO / "common/model/trees.py")],
+        [
+            VERMIN,
+            "-t=3.7-",
+            "--violations",
+            "--no-tips",
+            str(REPO / "common/model/trees/forest.py"),
+        ],
         capture_output=True,
         text=True,
     )
@@ -210,7 +216,7 @@ def test_trees_module_needs_nothing_newer_than_python_37():
 PREDICT_2020 = """
 import sys
 import numpy as np
-from common.model.trees import Trees
+from common.model.trees.forest import Trees
 
 trees = Trees.load(sys.argv[1])
 np.save(sys.argv[3], trees.probability(np.load(sys.argv[2])))
@@ -229,7 +235,10 @@ def test_trees_predict_alike_in_the_competitions_2020_stack(fitted_on_real_rows,
         pytest.skip(message)
     fitted, sequences, entries, skill = fitted_on_real_rows
     code = tmp_path / "code"
-    for module in ("__init__.py", "errors.py", "files.py", "model/__init__.py", "model/trees.py"):
+    for module in (
+        "__init__.py", "errors.py", "files.py", "model/__init__.py", "model/trees/__init__.py",
+        "model/trees/forest.py",
+    ):  # fmt: skip
         (code / "common" / module).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / "common" / module, code / "common" / module)
     features = past_features(sequences, entries, skill, fitted.rates)

@@ -419,17 +419,23 @@ def check_trim(model, name: str, split: dict, args, torch) -> dict:
 def time_epochs(model, name: str, splits: dict, args, torch) -> dict:
     """Seconds of one training epoch and of one inner prediction, padded and trimmed,
     each from the same initial weights and optimizer state (the batches' draw the same
-    seed), padded first."""
+    seed), padded first. With --time-share below 1, both time the same random share of
+    the epoch's training windows, and the epoch's seconds are that time over the share
+    (the inner prediction is whole)."""
     windows = training_windows(splits["train"]["offsets"], args.seq_len)
+    if args.time_share < 1:
+        rng = np.random.default_rng(args.seed)
+        chosen = rng.choice(len(windows), size=max(1, round(args.time_share * len(windows))))
+        windows = [windows[i] for i in np.sort(np.unique(chosen))]
     start = copy.deepcopy(model.state_dict())
-    record = {"model": name, "training_windows": len(windows)}
+    record = {"model": name, "training_windows": len(windows), "time_share": args.time_share}
     for label, trim in (("padded", False), ("trimmed", True)):
         model.load_state_dict(start)
         opt = torch.optim.Adam(model.parameters(), lr=args.lr)
         rng = np.random.default_rng(args.seed)
         clock = time.perf_counter()
         loss = train_epoch(model, name, opt, splits["train"], windows, args, rng, torch, trim)
-        record[f"{label}_train_seconds"] = time.perf_counter() - clock
+        record[f"{label}_train_seconds"] = (time.perf_counter() - clock) / args.time_share
         clock = time.perf_counter()
         predict(model, name, splits["inner"], args, torch, trim)
         record[f"{label}_inner_seconds"] = time.perf_counter() - clock
@@ -526,6 +532,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--check-batches", type=int, default=8, help="batches --check-trim checks")
     timing = "time one epoch and one inner prediction padded and trimmed (speed.json)"
     p.add_argument("--time-epochs", action="store_true", help=timing)
+    share = "--time-epochs: time this share of an epoch's windows (each way) and scale up"
+    p.add_argument("--time-share", type=float, default=1.0, help=share)
     args = p.parse_args(argv)
     if min(args.epochs, args.patience, args.batch_size, args.threads, args.check_batches) < 1:
         p.error(
@@ -534,6 +542,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if not 1 <= args.stride < args.seq_len:
         p.error(f"--stride: expected 1 <= stride < --seq-len ({args.seq_len}), got {args.stride}")
+    if not 0 < args.time_share <= 1:
+        p.error(f"--time-share: expected a share in (0, 1], got {args.time_share}")
     if args.check_trim and args.time_epochs:
         p.error("--check-trim and --time-epochs: choose one")
     if args.out_dir is None and not args.check_trim:

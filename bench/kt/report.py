@@ -18,8 +18,8 @@ import pandas as pd
 
 from bench.benchlib import bench_run, relative, shown
 from bench.kt.plans import BASELINES_ONLY, Context, DatasetPlan
-from common.model.blending import BLEND
-from common.model.boosting import TREES
+from common.model.trees.blending import BLEND
+from common.model.trees.boosting import TREES
 from common.report.baselines import BASELINE_NAMES
 from common.tables import markdown_table
 from common.workspace import Workspace

@@ -73,8 +73,8 @@ from common.data.past_features import past_features
 from common.files import environment, file_lock, write_json, write_text
 from common.inputs.kt_datasets import MULTI_SKILL_MODES, PRESETS
 from common.metrics import score_metrics
-from common.model.blending import InnerPredictions, fold_blend_bundle
-from common.model.boosting import TREES, TreesConfig
+from common.model.trees.blending import InnerPredictions, fold_blend_bundle
+from common.model.trees.boosting import TREES, TreesConfig
 from common.report.evaluate import EvaluateConfig
 from common.report.scored_rows import baseline_columns, streamed_entries
 from common.train.config import TrainConfig, add_train_flags

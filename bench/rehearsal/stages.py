@@ -236,10 +236,10 @@ PROFILED = {
     "BlendState.predict (a group's whole work)": ("common/stream/blend_state.py", "predict"),
     "  OnlineState.predict (the model's state)": ("common/stream/online.py", "predict"),
     "    cache builds (_build: last 400 questions)": ("common/stream/online.py", "_build"),
-    MODEL_FORWARD: ("common/model/saint.py", "forward"),
+    MODEL_FORWARD: ("common/model/saint/model.py", "forward"),
     "    features (step_inputs)": ("common/data/features.py", "step_inputs"),
     "  feature state (group_features)": ("common/data/past_state.py", "group_features"),
-    "  trees (Trees.probability)": ("common/model/trees.py", "probability"),
+    "  trees (Trees.probability)": ("common/model/trees/forest.py", "probability"),
     "API emulator (iter_test)": ("common/stream/emulator.py", "iter_test"),
 }
 

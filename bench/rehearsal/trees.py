@@ -1,5 +1,5 @@
 """The rehearsal's Kaggle bundle with trees (bench/rehearsal/stages.py's `trees` stage): the
-boosted trees over past-event features fitted as 04 fits them (common.model.boosting:
+boosted trees over past-event features fitted as 04 fits them (common.model.trees.boosting:
 fit_trees, 04's default settings) on the fold's training rows of a sample of
 students, saved beside the stream's checkpoint with a fixed blend weight (the rehearsal
 has no inner split to choose one on; speed does not depend on it), then 04's export
@@ -24,9 +24,9 @@ from common.data.dataset import Dataset
 from common.data.features import QuestionSequences
 from common.data.fold_data import Fold
 from common.data.past_features import question_skills
-from common.model.blend_bundle import BlendBundle
-from common.model.blending import fold_training
-from common.model.boosting import TreesConfig, fit_trees
+from common.model.trees.blend_bundle import BlendBundle
+from common.model.trees.blending import fold_training
+from common.model.trees.boosting import TreesConfig, fit_trees
 from common.stream.kaggle_export import KaggleConfig, export_kaggle
 from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 

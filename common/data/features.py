@@ -23,7 +23,7 @@ Per question i (all questions of a task container share their container's values
 
 No leakage within a container: the decoder input built from question i's outcome
 (response, elapsed, explanation, answer) is visible only to questions of later
-containers (see common/model/saint.py for the masks that enforce it).
+containers (see common/model/saint/model.py for the masks that enforce it).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import torch
 
 from common.errors import UserError
 from common.files import atomic_file
-from common.model.saint import SAINT, ModelConfig
+from common.model.interface import KTModel
+from common.model.registry import build_model, checkpoint_arch, config_from_dict
 
 # torch 2.6 made weights_only=True the default (it refuses this project's checkpoints, which
 # hold configs and RNG state); torch 1.x, the competition's, has no such argument
@@ -24,7 +25,9 @@ LOAD_OPTIONS = (
 # what the Kaggle bundle's checkpoint keeps: the model and how it was chosen, in plain
 # Python types (a training checkpoint pickles numpy 2 RNG state, which the competition's
 # numpy 1.19 cannot unpickle)
-INFERENCE_KEYS = ("model_config", "model_state", "epoch", "best_epoch", "fold", "selected_on")
+INFERENCE_KEYS = (
+    "arch", "model_config", "model_state", "epoch", "best_epoch", "fold", "selected_on",
+)  # fmt: skip
 
 
 def rng_state() -> dict:
@@ -60,20 +63,26 @@ class CheckpointError(UserError, ValueError):
     the file."""
 
 
-def save_model(path: Path, model: SAINT, **recorded) -> None:
-    """A checkpoint of `model` (its config and weights) and the `recorded` keys: how
-    benchmarks stream a model of fresh weights."""
-    state = {"model_config": model.config.to_dict(), "model_state": model.state_dict()}
+def save_model(path: Path, model: KTModel, **recorded) -> None:
+    """A checkpoint of `model` (its architecture, config and weights) and the `recorded`
+    keys: how benchmarks stream a model of fresh weights."""
+    state = {
+        "arch": model.arch,
+        "model_config": model.config.to_dict(),
+        "model_state": model.state_dict(),
+    }
     save_checkpoint(path, {**state, **recorded})
 
 
-def save_inference_checkpoint(source: Path, dest: Path) -> ModelConfig:
+def save_inference_checkpoint(source: Path, dest: Path):
     """Write the checkpoint `source` as the bundle's: its INFERENCE_KEYS only, readable by
     the competition's torch 1.7 and numpy 1.19, with the same weights digest. Returns the
     model config it records."""
     checkpoint = read_checkpoint(source, "cpu")
     lean = {k: checkpoint[k] for k in INFERENCE_KEYS if k in checkpoint}
-    config = ModelConfig.from_dict(checkpoint["model_config"])
+    arch = checkpoint_arch(checkpoint)
+    config = config_from_dict(arch, checkpoint["model_config"])
+    lean["arch"] = arch
     lean["model_config"] = config.to_dict()
     lean["source"] = source.name
     save_checkpoint(dest, lean)
@@ -146,19 +155,20 @@ def state_mismatch(state: dict[str, torch.Tensor], model: torch.nn.Module) -> st
     return dict_differences(found, shapes)
 
 
-def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[SAINT, dict]:
-    """Rebuild a model from a checkpoint alone; returns (model in eval mode, checkpoint).
+def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[KTModel, dict]:
+    """Rebuild a model from a checkpoint alone (its architecture, common.model.registry,
+    and config); returns (model in eval mode, checkpoint).
 
     Raises CheckpointError naming the file when it is missing or damaged, or when its
     weights do not fit the model config it records."""
     checkpoint = read_checkpoint(path, device)
     try:
-        config = ModelConfig.from_dict(checkpoint["model_config"])
-    except (TypeError, ValueError) as error:
+        config = config_from_dict(checkpoint_arch(checkpoint), checkpoint["model_config"])
+    except (TypeError, ValueError, UserError) as error:
         raise CheckpointError(
             f"{path}: its model_config does not fit this code: {error}"
         ) from error
-    model = SAINT(config).to(device)
+    model = build_model(checkpoint_arch(checkpoint), config).to(device)
     state = checkpoint["model_state"]
     mismatch = state_mismatch(state, model)
     if mismatch:
@@ -170,15 +180,23 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[SA
     if recorded is not None and recorded != state_digest(state):
         raise CheckpointError(f"{path}: its weights do not match their recorded digest (corrupted)")
     model.load_state_dict(state)
+    checkpoint["arch"] = checkpoint_arch(checkpoint)
     return model.eval(), checkpoint
 
 
 def check_resumable(
-    path: Path, checkpoint: dict, model_config: ModelConfig, fingerprint: dict | None
+    path: Path, checkpoint: dict, arch: str, model_config, fingerprint: dict | None
 ) -> None:
-    """Refuse to resume from a checkpoint of another model config or other folds."""
-    # through ModelConfig, so that a field added since the checkpoint reads as its default
-    recorded = ModelConfig.from_dict(checkpoint["model_config"]).to_dict()
+    """Refuse to resume from a checkpoint of another architecture, model config or other
+    folds."""
+    if checkpoint_arch(checkpoint) != arch:
+        raise CheckpointError(
+            f"{path} holds a {checkpoint_arch(checkpoint)} model, this run trains {arch}; "
+            "resume with the same --arch or start in another --output-dir"
+        )
+    # through the config class, so that a field added since the checkpoint reads as its
+    # default
+    recorded = config_from_dict(arch, checkpoint["model_config"]).to_dict()
     differences = dict_differences(recorded, model_config.to_dict())
     if differences:
         raise CheckpointError(

@@ -52,6 +52,8 @@ def load_teacher(
     """
 
     teacher, checkpoint = load_model(path, device)
+    if teacher.arch != "saint":
+        raise ValueError(f"{path}: a {teacher.arch} model; a teacher is a SAINT checkpoint")
     if student is not None:
         check_teacher(teacher.config, student, path)
     recorded = checkpoint.get("fold_fingerprint") or {}

@@ -20,33 +20,33 @@ from torch import Tensor, nn
 from common.data.features import KEY_FIELDS, RESPONSE_START, KeyField
 from common.data.past_features import MODEL_FEATURES, MODEL_LOG_FEATURES
 from common.data.schema import N_PARTS
-from common.model.config import DECODER_FEATURES, ModelConfig
+from common.model.input_config import DECODER_FEATURES, InputConfig
 
 ENCODER = "encoder"  # added into each question's encoder input
 DECODER = "decoder"  # added into each key of the decoder's key stream
-DECODER_FEATURE = "decoder feature"  # the decoder's, when ModelConfig.decoder_features names it
+DECODER_FEATURE = "decoder feature"  # the decoder's, when InputConfig.decoder_features names it
 LOG_COLUMNS = torch.tensor([name in MODEL_LOG_FEATURES for name in MODEL_FEATURES])
 
 
 class Embedder:
     """One input of SAINT: `name` (a decoder feature's is its name in
-    ModelConfig.decoder_features), the batch `field` it reads, and its `side`."""
+    InputConfig.decoder_features), the batch `field` it reads, and its `side`."""
 
     name: str
     field: str
     side: str
 
-    def wanted(self, config: ModelConfig) -> bool:
+    def wanted(self, config: InputConfig) -> bool:
         """Whether a model of `config` has this input (a decoder feature: when named)."""
         if self.side == DECODER_FEATURE:
             return self.name in config.decoder_features
         return True
 
-    def build(self, model: nn.Module, config: ModelConfig) -> None:
+    def build(self, model: nn.Module, config: InputConfig) -> None:
         """Register this input's tables (and buffers) on `model`."""
         raise NotImplementedError
 
-    def init(self, model: nn.Module, config: ModelConfig) -> None:
+    def init(self, model: nn.Module, config: InputConfig) -> None:
         """Initialization after the model's own (common.model.layers.init_weights)."""
 
     def embed(self, model: nn.Module, values: Tensor) -> Tensor:
@@ -79,7 +79,7 @@ class Lookup(Embedder):
     table: str
     size: int
 
-    def build(self, model: nn.Module, config: ModelConfig) -> None:
+    def build(self, model: nn.Module, config: InputConfig) -> None:
         _register(model, self.table, nn.Embedding(self.size, config.d_model))
 
     def embed(self, model: nn.Module, values: Tensor) -> Tensor:
@@ -91,14 +91,14 @@ class Response(Lookup):
     """The previous question's response (or the start token), every decoder's input.
     Its build adds the (possibly empty) dict the decoder features' lookups fill."""
 
-    def build(self, model: nn.Module, config: ModelConfig) -> None:
+    def build(self, model: nn.Module, config: InputConfig) -> None:
         super().build(model, config)
         model.feature_embed = nn.ModuleDict()  # decoder features' tables: feature_embed.<name>
 
 
 def key_lookup(field: KeyField) -> Lookup:
     """The lookup of a key stream field (step_inputs' key_<name>): a decoder feature
-    (ModelConfig.decoder_features), or the response, every decoder's input."""
+    (InputConfig.decoder_features), or the response, every decoder's input."""
     if field.name not in DECODER_FEATURES:
         return Response(field.name, f"key_{field.name}", DECODER, "response_embed", field.size)
     table = f"feature_embed.{field.name}"
@@ -130,11 +130,11 @@ class QuestionId(Embedder):
     field: str = "question"
     side: str = ENCODER
 
-    def build(self, model: nn.Module, config: ModelConfig) -> None:
+    def build(self, model: nn.Module, config: InputConfig) -> None:
         rasch = config.question_embedding == "rasch"
         model.question_embed = nn.Embedding(config.n_questions + 1, 1 if rasch else config.d_model)
 
-    def init(self, model: nn.Module, config: ModelConfig) -> None:
+    def init(self, model: nn.Module, config: InputConfig) -> None:
         if config.question_embedding == "rasch":  # as AKT: every question starts at its tags
             with torch.no_grad():
                 model.question_embed.weight.zero_()
@@ -158,7 +158,7 @@ def _init_variation(table: nn.Embedding) -> None:
 
 @dataclass(frozen=True)
 class Tags(Embedder):
-    """The question's tags (ModelConfig.n_tags > 0): the mean of their embeddings
+    """The question's tags (InputConfig.n_tags > 0): the mean of their embeddings
     (n_tags + 1 rows, the last pads), read through the model's question_tags buffer (tag
     ids per question id, padded with n_tags; common.model.tags fills it)."""
 
@@ -166,10 +166,10 @@ class Tags(Embedder):
     field: str = "question"
     side: str = ENCODER
 
-    def wanted(self, config: ModelConfig) -> bool:
+    def wanted(self, config: InputConfig) -> bool:
         return config.n_tags > 0
 
-    def build(self, model: nn.Module, config: ModelConfig) -> None:
+    def build(self, model: nn.Module, config: InputConfig) -> None:
         n_tags = config.n_tags
         model.tag_embed = nn.Embedding(n_tags + 1, config.d_model, padding_idx=n_tags)
         padded = torch.full((config.n_questions + 1, config.max_tags), n_tags)
@@ -177,7 +177,7 @@ class Tags(Embedder):
         if config.question_embedding == "rasch":  # read by QuestionId
             model.tag_variation = nn.Embedding(n_tags + 1, config.d_model, padding_idx=n_tags)
 
-    def init(self, model: nn.Module, config: ModelConfig) -> None:
+    def init(self, model: nn.Module, config: InputConfig) -> None:
         if config.question_embedding == "rasch":
             _init_variation(model.tag_variation)
 
@@ -188,7 +188,7 @@ class Tags(Embedder):
 
 @dataclass(frozen=True)
 class Difficulty(Embedder):
-    """The question's correct-rate bucket (ModelConfig.difficulty_buckets > 0; buckets + 1
+    """The question's correct-rate bucket (InputConfig.difficulty_buckets > 0; buckets + 1
     rows): a training batch's own field (common.model.difficulty.out_of_fold_buckets, from
     other students' answers), otherwise the question's bucket in the model's
     question_difficulty buffer (common.model.difficulty fills it)."""
@@ -197,10 +197,10 @@ class Difficulty(Embedder):
     field: str = "difficulty"
     side: str = ENCODER
 
-    def wanted(self, config: ModelConfig) -> bool:
+    def wanted(self, config: InputConfig) -> bool:
         return config.difficulty_buckets > 0
 
-    def build(self, model: nn.Module, config: ModelConfig) -> None:
+    def build(self, model: nn.Module, config: InputConfig) -> None:
         model.difficulty_embed = nn.Embedding(config.difficulty_buckets + 1, config.d_model)
         bucket = torch.zeros(config.n_questions + 1, dtype=torch.long)
         model.register_buffer("question_difficulty", bucket)
@@ -236,21 +236,21 @@ def add_past_norm(model: nn.Module) -> int:
 
 @dataclass(frozen=True)
 class PastFeatures(Embedder):
-    """The student's past-event features of the question (ModelConfig.past_features
+    """The student's past-event features of the question (InputConfig.past_features
     "encoder"; common.data.past_features.MODEL_FEATURES), normalized and projected; the
-    "head" place is common.model.heads'."""
+    "head" place is common.model.saint.heads'."""
 
     name: str = "past"
     field: str = "past"
     side: str = ENCODER
 
-    def wanted(self, config: ModelConfig) -> bool:
+    def wanted(self, config: InputConfig) -> bool:
         return config.past_features == "encoder"
 
-    def build(self, model: nn.Module, config: ModelConfig) -> None:
+    def build(self, model: nn.Module, config: InputConfig) -> None:
         model.past_embed = nn.Linear(add_past_norm(model), config.d_model)
 
-    def init(self, model: nn.Module, config: ModelConfig) -> None:
+    def init(self, model: nn.Module, config: InputConfig) -> None:
         # the projection starts at zero: the question's embeddings (at 0.02 scale) are
         # not drowned by the features at the start; the model learns to add them
         with torch.no_grad():
@@ -273,7 +273,7 @@ class AnsweredQuestion(Embedder):
     field: str = "key_question"  # ids above n_questions: the start token
     side: str = DECODER_FEATURE
 
-    def build(self, model: nn.Module, config: ModelConfig) -> None:
+    def build(self, model: nn.Module, config: InputConfig) -> None:
         d, rasch = config.d_model, config.question_embedding == "rasch"
         if not rasch:
             model.interaction_embed = nn.Embedding(2 * (config.n_questions + 1) + 1, d)
@@ -283,7 +283,7 @@ class AnsweredQuestion(Embedder):
             if rasch:
                 model.tag_interaction_variation = nn.Embedding(pad + 1, d, padding_idx=pad)
 
-    def init(self, model: nn.Module, config: ModelConfig) -> None:
+    def init(self, model: nn.Module, config: InputConfig) -> None:
         if config.question_embedding == "rasch" and config.n_tags:
             _init_variation(model.tag_interaction_variation)
 
@@ -331,14 +331,14 @@ INPUTS: tuple[Embedder, ...] = (
 REGISTERED_FIRST = ("question", "part", "difficulty", "tags")
 
 
-def encoder_inputs(config: ModelConfig) -> tuple[Embedder, ...]:
+def encoder_inputs(config: InputConfig) -> tuple[Embedder, ...]:
     """The encoder's embedders of a model of `config`, in the order its sum adds them."""
     return tuple(e for e in INPUTS if e.side == ENCODER and e.wanted(config))
 
 
-def decoder_inputs(config: ModelConfig) -> tuple[Embedder, ...]:
+def decoder_inputs(config: InputConfig) -> tuple[Embedder, ...]:
     """The decoder's, in the order its sum adds them: the response, the key fields that
-    ModelConfig.decoder_features names, in its order, then the others it names (the
+    InputConfig.decoder_features names, in its order, then the others it names (the
     answered question)."""
     features = {e.name: e for e in INPUTS if e.side == DECODER_FEATURE}
     named = [features[name] for name in dict.fromkeys(config.decoder_features)]
@@ -347,7 +347,7 @@ def decoder_inputs(config: ModelConfig) -> tuple[Embedder, ...]:
     return (*(e for e in INPUTS if e.side == DECODER), *lookups, *others)
 
 
-def registration_order(config: ModelConfig) -> tuple[tuple[Embedder, ...], tuple[Embedder, ...]]:
+def registration_order(config: InputConfig) -> tuple[tuple[Embedder, ...], tuple[Embedder, ...]]:
     """(the embedders that register their tables before the model's layers, those that
     register after its layers and read-out), each in its order (REGISTERED_FIRST)."""
     encoder = {e.name: e for e in encoder_inputs(config)}

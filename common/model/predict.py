@@ -2,8 +2,9 @@
 
 Each student's prediction runs exactly as the online state does (common/stream/online.py), only
 batched over students and over many containers at once: the state starts at the
-student's last `receptive_field` history questions (common/model/saint.py: all a prediction
-can depend on) and moves through them, then through the validation questions, in chunks
+student's last `receptive_field` history questions (common/model/saint/model.py: all a prediction
+can depend on; a recurrent model's state, common.model.interface, starts at the
+history's first question) and moves through them, then through the validation questions, in chunks
 of whole containers, each attending to the cached keys of the `window` questions before
 it. Predictions therefore equal streaming predictions for the same rows (tested), and
 equal what a forward pass over the student's whole history gives.
@@ -17,8 +18,8 @@ import numpy as np
 import torch
 
 from common.data.features import FlatSource, QuestionSequences, step_inputs
-from common.model.cache import ModelCache
-from common.model.saint import SAINT
+from common.model.interface import KTModel
+from common.model.saint.cache import ModelCache
 
 
 def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
@@ -38,15 +39,16 @@ class Plan:
 
 
 def plan_student(
-    container_first: np.ndarray, history: int, end: int, context: int, chunk: int
+    container_first: np.ndarray, history: int, end: int, context: int | None, chunk: int
 ) -> Plan:
     """container_first: the student's (n,) container-start positions. Questions
     [history, end) are to be predicted after the history [0, history). The state starts
-    `context` questions before them (or at 0) and moves through the history, then through
+    `context` questions before them (or at 0; None: at 0, a recurrent model's whole
+    history) and moves through the history, then through
     the questions to predict, in chunks of whole containers (at most `chunk` questions,
     unless one container is longer; a chunk never straddles `history`); a step's keys
     run up to the first question of its last container."""
-    start = max(0, history - context)
+    start = 0 if context is None else max(0, history - context)
     steps = []
     key_from = position = start
     while position < end:
@@ -63,9 +65,22 @@ def plan_student(
     return Plan(start, steps)
 
 
+def with_key_context(plan: Plan, key_context: int) -> Plan:
+    """`plan` whose steps read `key_context` keys back from their first question's
+    container too (a recurrent model's attention window, config.key_context), never
+    before the state's start; the same plan for 0."""
+    if not key_context:
+        return plan
+    steps = []
+    for query_from, query_count, key_from, key_count in plan.steps:
+        first = max(plan.session_start, min(key_from, query_from - key_context + 1))
+        steps.append((query_from, query_count, first, key_from + key_count - first))
+    return Plan(plan.session_start, steps)
+
+
 @torch.no_grad()
 def predict_tails(
-    model: SAINT,
+    model: KTModel,
     sequences: QuestionSequences,
     students: np.ndarray,
     history: np.ndarray,
@@ -81,12 +96,63 @@ def predict_tails(
     whose student is done takes the next student (its cache entries are invalidated), so
     short and long students share batches without padding whole runs.
     """
+    out = np.zeros(int((end - history).sum()), dtype=np.float32)
+    out_start = np.concatenate(([0], np.cumsum(end - history)[:-1])).astype(np.int64)
+
+    def keep(i: int, q_from: int, probability: np.ndarray) -> None:
+        if len(probability) and q_from >= history[i]:  # the history block is context only
+            at = out_start[i] + q_from - history[i]
+            out[at : at + len(probability)] = probability
+
+    run_plans(model, sequences, students, history, end, device, batch_size, chunk, keep)
+    return out
+
+
+@torch.no_grad()
+def final_states(
+    model: KTModel,
+    sequences: QuestionSequences,
+    students: np.ndarray,
+    length: np.ndarray,
+    device: torch.device,
+    batch_size: int = 256,
+) -> np.ndarray:
+    """A recurrent model's state (common.model.recurrent.RecurrentState.to_arrays) of each
+    students[i] after their first length[i] questions, as the streaming state holds it
+    when their next container arrives: every key up to their last container's first
+    absorbed (the outcomes of that container come with the next one). (n, ...) float32,
+    in the order given; a student with no question has the empty state."""
+    states = np.zeros((len(students), *model.empty_cache(1).to_arrays().shape[1:]), np.float32)
+
+    def done(i: int, cache, row: int) -> None:
+        states[i] = cache.select(torch.tensor([row], device=device)).to_arrays()[0]
+
+    run_plans(model, sequences, students, length, length, device, batch_size, None, None, done)
+    return states
+
+
+def run_plans(
+    model: KTModel,
+    sequences: QuestionSequences,
+    students: np.ndarray,
+    history: np.ndarray,
+    end: np.ndarray,
+    device: torch.device,
+    batch_size: int,
+    chunk: int | None,
+    keep=None,
+    done=None,
+) -> None:
+    """Every students[i]'s steps (plan_student: through its history, then through
+    [history[i], end[i])), `batch_size` students at a time side by side (continuous
+    batching). After each step, keep(i, query_from, probabilities) where given; when a
+    student's last step is done, done(i, cache, row) (its state in the cache's row)."""
     window = model.config.window
     chunk = chunk or window
     model.eval()
-    out = np.zeros(int((end - history).sum()), dtype=np.float32)
-    out_start = np.concatenate(([0], np.cumsum(end - history)[:-1])).astype(np.int64)
-    plans = _plan_students(sequences, students, history, end, model.config.receptive_field, chunk)
+    config = model.config
+    plans = _plan_students(sequences, students, history, end, config.receptive_field, chunk)
+    plans = [with_key_context(plan, config.key_context) for plan in plans]
     queue = list(np.argsort([-len(p.steps) for p in plans], kind="stable"))[::-1]
     rows = min(batch_size, len(plans))
     member = np.full(rows, -1, dtype=np.int64)  # index into plans, -1 idle
@@ -95,13 +161,20 @@ def predict_tails(
     cache = model.empty_cache(rows, window + chunk)
     while True:
         _take_students(queue, member, step_of, cache)
+        if done is not None:  # students without a step (no question) are done at once
+            for row in np.flatnonzero(member >= 0):
+                if not plans[member[row]].steps:
+                    done(member[row], cache, row)
+                    member[row] = -1
+            if queue and (member < 0).any():
+                continue
         active = member >= 0
         if not active.any():
             break
         if not queue and not active.all():  # the tail: drop idle rows from the batch
-            keep = np.flatnonzero(active)
-            cache = cache.select(torch.as_tensor(keep, device=device))
-            member, step_of = member[keep], step_of[keep]
+            keep_rows = np.flatnonzero(active)
+            cache = cache.select(torch.as_tensor(keep_rows, device=device))
+            member, step_of = member[keep_rows], step_of[keep_rows]
             active = member >= 0
         spec = _next_steps(plans, students, member, step_of)
         inputs = step_inputs(source, *spec, model.config.n_questions)
@@ -110,14 +183,13 @@ def predict_tails(
         query_from, query_count = spec[2], spec[3]
         for row in np.flatnonzero(active):
             i = member[row]
-            q_from, q_count = int(query_from[row]), int(query_count[row])
-            if q_count and q_from >= history[i]:  # the history block is context only
-                at = out_start[i] + q_from - history[i]
-                out[at : at + q_count] = probability[row, :q_count]
+            if keep is not None:
+                keep(i, int(query_from[row]), probability[row, : int(query_count[row])])
             step_of[row] += 1
             if step_of[row] == len(plans[i].steps):
+                if done is not None:
+                    done(i, cache, row)
                 member[row] = -1
-    return out
 
 
 def _plan_students(

@@ -1,6 +1,6 @@
 """05_evaluate.py's logic: score every fold's streamed predictions, compare them with
 two baselines (common/report/baselines.py), the trees and the blend as 04 streamed them
-(04 fits the trees and chooses the blend's weight, common/model/blending.py; 05 only reads
+(04 fits the trees and chooses the blend's weight, common/model/trees/blending.py; 05 only reads
 them: none where 04 ran with --no-trees) and, on demo data, with the true probabilities,
 and write a report with tables and figures.
 
@@ -36,8 +36,9 @@ from common.data.dataset import Dataset
 from common.data.fold_data import Fold
 from common.files import atomic_dir, atomic_file, write_json, write_run_record, write_text
 from common.metrics import bootstrap_auc_interval, score_metrics, student_and_part_slices
-from common.model.blending import BLEND, BlendChoice
-from common.model.boosting import TREES
+from common.model.registry import ARCH_NAMES
+from common.model.trees.blending import BLEND, BlendChoice
+from common.model.trees.boosting import TREES
 from common.report import plots
 from common.report.baselines import BASELINE_NAMES
 from common.report.evaluation import EvaluateConfig, Evaluation
@@ -74,8 +75,10 @@ BASELINES = (*BASELINE_NAMES, TREES)
 
 
 def scorers(rows: pd.DataFrame) -> list[str]:
-    """Score columns present, in report order."""
-    return [name for name in (MODEL, BLEND, *BASELINES, ORACLE) if name in rows.columns]
+    """Score columns present, in report order: the model, the blend, each other
+    architecture of the run (by its name), the baselines, the oracle."""
+    members = [name for name in ARCH_NAMES if name in rows.columns]
+    return [name for name in (MODEL, BLEND, *members, *BASELINES, ORACLE) if name in rows.columns]
 
 
 # ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from common.model.blending import BLEND
+from common.model.trees.blending import BLEND
 from common.report.evaluation import EvaluateConfig, Evaluation
 from common.report.scored_rows import MODEL, ORACLE
 from common.runs.folders import commit
@@ -155,11 +155,7 @@ def headline_lines(head: Evaluation, config: EvaluateConfig) -> str:
     for name, auc in head.baselines.items():
         lines.append(f"Lift over the {name} baseline ({auc:.4f}): {head.lift[name]:+.4f} AUC.")
     if head.blend_auc is not None:
-        weights = ", ".join(f"fold {k}: {choice['weight']:g}" for k, choice in head.blend.items())
-        lines.append(
-            f"**Blend AUC {head.blend_auc:.4f}**: the model's and the trees' "
-            f"logits, the model's weight chosen on each fold's inner split ({weights})."
-        )
+        lines.append(blend_line(head))
     for reason in head.no_blend:
         lines.append(f"No blend for {reason}.")
     if head.tree_importance:
@@ -172,6 +168,25 @@ def headline_lines(head: Evaluation, config: EvaluateConfig) -> str:
     if head.selection:
         lines.append(head.selection)
     return "\n".join(f"- {line}" for line in lines) + "\n"
+
+
+def blend_line(head) -> str:
+    """The headline's blend: its AUC and the weights each fold chose."""
+    stacked = any(choice.get("weights") for choice in head.blend.values())
+    if not stacked:
+        weights = ", ".join(f"fold {k}: {choice['weight']:g}" for k, choice in head.blend.items())
+        return (
+            f"**Blend AUC {head.blend_auc:.4f}**: the model's and the trees' "
+            f"logits, the model's weight chosen on each fold's inner split ({weights})."
+        )
+    folds = "; ".join(
+        f"fold {k}: " + ", ".join(f"{n} {w:+.3f}" for n, w in choice["weights"].items())
+        for k, choice in head.blend.items()
+    )
+    return (
+        f"**Blend AUC {head.blend_auc:.4f}**: a logistic regression over every "
+        f"architecture's and the trees' logits, fitted on each fold's inner split ({folds})."
+    )
 
 
 def trees_method(trees: dict | None) -> list[str]:

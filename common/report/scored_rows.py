@@ -18,9 +18,10 @@ from common.data.fold_data import Fold, FoldMismatchError, check_fold_fingerprin
 from common.data.past_features import past_features
 from common.data.schema import QUESTION
 from common.errors import UserError
-from common.model.blend_bundle import DIGESTS, BlendBundle, BlendFileError, rewrite_in_run
-from common.model.blending import BLEND
-from common.model.boosting import TREES
+from common.model.registry import ARCH_NAMES
+from common.model.trees.blend_bundle import DIGESTS, BlendBundle, BlendFileError, rewrite_in_run
+from common.model.trees.blending import BLEND
+from common.model.trees.boosting import TREES
 from common.report.baselines import BaselineConfig, baseline_scores
 from common.workspace import ModelFolder, Run
 
@@ -97,6 +98,8 @@ def load_fold_rows(
     )
     if "group_num" in predictions.columns:
         rows["group_num"] = predictions["group_num"].to_numpy()
+    for name, values in member_predictions(path, predictions).items():
+        rows[name] = values  # another architecture of the run: a scorer of its own
     return _add_baselines(rows, path, folder, fold, data, entries, predictions, baselines)
 
 
@@ -112,6 +115,20 @@ def _add_baselines(rows, path, folder, fold, data, entries, predictions, baselin
         if blend is not None:
             rows[BLEND] = blend
     return rows
+
+
+def member_predictions(path: Path, predictions: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The other architectures' own probabilities 04 streamed beside the model's (a run of
+    several, 03 --arch: common.stream.blend_state.member_column), by name."""
+    found = {}
+    for name in ARCH_NAMES:
+        column = f"{name}_prediction"
+        if column in predictions:
+            values = predictions[column].to_numpy(dtype=np.float64)
+            if not np.all((values >= 0) & (values <= 1)):
+                raise ValueError(f"{path}: {column} must hold probabilities in [0, 1]")
+            found[name] = values
+    return found
 
 
 AGREE = 1e-6  # how far 05's batch scores may be from the streamed ones
@@ -131,10 +148,12 @@ def streamed_blend(
     features = past_features(data.sequences, entries, bundle.skill, bundle.rates)
     trees = bundle.trees.probability(features)
     _check_close(path, "trees_prediction", predictions["trees_prediction"], trees)
-    if bundle.weight is None:
+    if not bundle.blended:
         return trees, None
     model = predictions["model_prediction"].to_numpy(dtype=np.float64)
-    blend = bundle.blend(model, trees)
+    members = member_predictions(path, predictions)
+    first = next(iter(stream_summary(folder).get("members") or {"model": None}))
+    blend = bundle.blend(model, trees, {first: model, **members})
     _check_close(path, "prediction", predictions["prediction"], blend)
     return trees, blend
 
@@ -156,6 +175,12 @@ def streamed_bundle(path: Path, folder: ModelFolder) -> BlendBundle:
         raise BlendFileError(
             f"{folder.blend}: weight {bundle.weight}, but 04 streamed the fold with "
             f"{streamed['weight']} ({summary}): the weight file changed after 04 streamed; "
+            f"{again}"
+        )
+    if "weights" in streamed and streamed["weights"] != bundle.weights:
+        raise BlendFileError(
+            f"{folder.blend}: weights {bundle.weights}, but 04 streamed the fold with "
+            f"{streamed['weights']} ({summary}): the weight file changed after 04 streamed; "
             f"{again}"
         )
     digests = bundle.record[DIGESTS]

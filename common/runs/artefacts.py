@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from common.model.blend_bundle import BlendBundle, rewrite_in_run
-from common.model.blending import InnerPredictions
 from common.model.checkpoint import CheckpointError, read_checkpoint
+from common.model.trees.blend_bundle import BlendBundle, rewrite_in_run
+from common.model.trees.blending import InnerPredictions
 from common.workspace import ModelFolder, Run
 
 
@@ -41,10 +41,26 @@ def inner_predictions(folder: ModelFolder) -> InnerPredictions:
 
 def fold_weights(run: Run) -> dict[int, float | None]:
     """fold: the blend weight 04 chose for it (None: none chosen), for each fold of the
-    run with blend files (read and checked whole: common.model.blend_bundle)."""
+    run with blend files (read and checked whole: common.model.trees.blend_bundle)."""
+    return {k: bundle.weight for k, bundle in fold_bundles(run).items()}
+
+
+def fold_stacks(run: Run) -> dict[int, tuple[dict, float]]:
+    """fold: the stacked blend's weights and intercept 04 chose for it, for each fold of a
+    run of several architectures with blend files (none: folds without them)."""
+    stacks = {}
+    for k, bundle in fold_bundles(run).items():
+        if bundle.weights is not None:
+            stacks[k] = (bundle.weights, bundle.intercept)
+    return stacks
+
+
+def fold_bundles(run: Run) -> dict[int, BlendBundle]:
+    """fold: its blend files, for each fold of the run with them (read and checked
+    whole)."""
     holding = {k for name in ModelFolder.BLEND_FILES for k in run.folds_holding(name)}
-    weights = {}
+    bundles = {}
     for k in sorted(holding):
         folder = run.fold(k)
-        weights[k] = BlendBundle.load(folder, rewrite_in_run(folder)).weight
-    return weights
+        bundles[k] = BlendBundle.load(folder, rewrite_in_run(folder))
+    return bundles

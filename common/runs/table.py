@@ -34,9 +34,19 @@ NUMBERS = (
 SHOWN = COLUMNS[1:]
 
 
-def config_columns(train_config: dict) -> dict:
+def config_columns(train_config: dict, arch: str | None = None) -> dict:
     """The key config fields of a TrainConfig dict (config.json, a checkpoint's
-    train_config) as runs.csv columns."""
+    train_config) as runs.csv columns, of its architecture `arch` (default: its first; a
+    config from before --arch: SAINT). SAINT's model column is its preset (saint,
+    saint+, custom); another architecture's is its name."""
+    arch = arch or (train_config.get("arch") or ("saint",))[0]
+    if arch != "saint":
+        section = train_config.get(arch, {})
+        return {
+            "model": arch, "d_model": section.get("d_model"), "layers": section.get("layers"),
+            "heads": section.get("n_heads"), "window": section.get("window"),
+            "lr": train_config.get("lr"),
+        }  # fmt: skip
     model = train_config.get("model", {})
     return {
         "model": preset_name(model.get("decoder_features", ())),

@@ -9,8 +9,8 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from common.model.cache import ModelCache
 from common.model.saint import SAINT
+from common.model.saint.cache import ModelCache
 
 RING_EXTRA = 16  # ring slack beyond the receptive field: room for the incoming container
 
@@ -20,6 +20,8 @@ class CachePool:
     LRU eviction. The tensors grow (doubling) with the number of students that need an
     entry, up to `size`, so a stream of a few hundred students does not allocate and
     zero the room for thousands (gigabytes for a large model) before its first group."""
+
+    per_slot = False  # an entry per active student, evicted (RecurrentPool: per slot, kept)
 
     def __init__(self, model: SAINT, size: int, device: torch.device):
         self.model = model

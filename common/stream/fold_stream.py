@@ -22,20 +22,20 @@ from common.data.past_state import build_feature_snapshot
 from common.device import check_device, device_option, resolve_device
 from common.files import atomic_file, json_values, write_json, write_run_record, write_text
 from common.metrics import slice_table, student_and_part_slices
-from common.model.blend_bundle import BlendBundle
-from common.model.blending import fold_blend_bundle
-from common.model.boosting import TreesConfig
 from common.model.checkpoint import load_model, read_checkpoint
+from common.model.trees.blend_bundle import BlendBundle
+from common.model.trees.blending import Member, fold_blend_bundle
+from common.model.trees.boosting import TreesConfig
 from common.options import above, at_least, option, progress_option
 from common.runs.artefacts import inner_predictions
 from common.runs.folders import commit
 from common.runs.provenance import epochs_trained
 from common.runs.table import append_run_row, config_columns
 from common.stream.api_loop import stream_loop
-from common.stream.blend_state import BlendState, feature_state_budget
+from common.stream.blend_state import BlendState, feature_state_budget, member_column
 from common.stream.emulator import Emulator, EmulatorConfig
 from common.stream.kaggle_export import KaggleConfig
-from common.stream.online import OnlineState, build_snapshot
+from common.stream.online import OnlineState, model_snapshot
 from common.workspace import ModelFolder, Run
 
 
@@ -139,6 +139,19 @@ def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
     )
 
 
+def member_models(folder: ModelFolder, checkpoint: dict, name: str, device) -> dict:
+    """The run's other architectures (03 --arch beyond the first, each in its folder
+    inside the fold's), by name: (model, checkpoint) of each one's `name` checkpoint."""
+    arch = (checkpoint.get("train_config") or {}).get("arch") or ()
+    others = {}
+    for other in list(arch)[1:]:
+        path = folder.member(other).checkpoint(name)
+        model, other_checkpoint = load_model(path, device)
+        other_checkpoint["path"] = str(path)
+        others[other] = (model, other_checkpoint)
+    return others
+
+
 def fold_state(
     folder: ModelFolder,
     config: InferConfig,
@@ -146,20 +159,23 @@ def fold_state(
     checkpoint: dict,
     dataset: Dataset,
     data: FoldData,
+    others: dict | None = None,
 ) -> OnlineState | BlendState:
     """The state at the start of the fold's stream: every student's training questions, for
-    the model and, unless --no-trees, for the trees' features, with the fold's
-    trees and blend weight (common.model.blending.fold_blend_bundle; the state holds them
-    as `bundle`). The model's state is sized first: a state budget too small is refused
-    before the trees are fitted. The snapshots are dropped on return."""
+    the model (and each other architecture of `others`, name: (model, checkpoint)) and,
+    unless --no-trees, for the trees' features, with the fold's trees and blend weights
+    (common.model.trees.blending.fold_blend_bundle; the state holds them as `bundle`). The
+    model's state is sized first: a state budget too small is refused before the trees
+    are fitted. The snapshots are dropped on return."""
+    others = others or {}
     users = dataset.arrays.users
     skill = question_skills(dataset.questions, dataset.n_questions)
-    model_reads = model.config.past_features != "none"
+    models = [model] + [m for m, _ in others.values()]
+    model_reads = any(m.config.past_features != "none" for m in models)
     if model_reads:  # the snapshot carries them for the model's cache builds
         attach_model_features(data.sequences, skill)
-    snapshot = build_snapshot(
-        data.sequences, users, data.train_length, model.config.receptive_field
-    )
+    device = checkpoint["device"]
+    snapshot = model_snapshot(model, data.sequences, users, data.train_length, device)
     features = None
     if config.trees or model_reads:
         features = build_feature_snapshot(data.sequences, users, data.train_length)
@@ -167,14 +183,28 @@ def fold_state(
         model, dataset.parts, checkpoint["device"], snapshot, config.cache_students,
         config.max_state_bytes, feature_state_budget(features) if features else 0,
     )  # fmt: skip
+    del snapshot
+    states = {}
+    for name, (other, _) in others.items():
+        shot = model_snapshot(other, data.sequences, users, data.train_length, device)
+        states[name] = OnlineState(other, dataset.parts, device, shot, config.cache_students)
     if features is None:
         return model_state
     bundle = None
     if config.trees:
-        epoch = checkpoint.get("epoch")
-        inner = inner_predictions(folder)
-        bundle = fold_blend_bundle(inner, data.fold, dataset, epoch, config.trees_config)
-    return BlendState(model_state, bundle, dataset.parts, skill, features, record=True)
+        primary = checkpoint["arch"]
+        members = tuple(
+            Member(name, inner_predictions(folder.member(name)), other_checkpoint.get("epoch"))
+            for name, (_, other_checkpoint) in others.items()
+        )
+        bundle = fold_blend_bundle(
+            inner_predictions(folder), data.fold, dataset, checkpoint.get("epoch"),
+            config.trees_config, members, primary,
+        )  # fmt: skip
+    return BlendState(
+        model_state, bundle, dataset.parts, skill, features, record=True, others=states,
+        primary=checkpoint["arch"],
+    )  # fmt: skip
 
 
 def run_emulated(run: Run, config: InferConfig) -> dict:
@@ -192,7 +222,10 @@ def run_emulated(run: Run, config: InferConfig) -> dict:
     check_fold_fingerprint(checkpoint.get("fold_fingerprint"), fold, checkpoint["path"])
     dataset = Dataset.of(run.workspace)
     data = load_fold_data(run.workspace, config.fold)
-    state = fold_state(folder, config, model, checkpoint, dataset, data)
+    others = member_models(folder, checkpoint, config.checkpoint, device)
+    for _, other in others.values():
+        check_fold_fingerprint(other.get("fold_fingerprint"), fold, other["path"])
+    state = fold_state(folder, config, model, checkpoint, dataset, data, others)
     arrays, parts = dataset.arrays, dataset.parts
     del dataset, data
     env = Emulator.from_fold(arrays, fold, config.stream)
@@ -201,6 +234,10 @@ def run_emulated(run: Run, config: InferConfig) -> dict:
     table = stream_metrics(results, parts)
     bundle = getattr(state, "bundle", None)
     summary = stream_summary(config, checkpoint, state, table, bundle, timing)
+    # each architecture streamed and its checkpoint, the model's first (05 scores each
+    # one's column of the predictions)
+    summary["members"] = {checkpoint["arch"]: checkpoint["path"]}
+    summary["members"].update({name: c["path"] for name, (_, c) in others.items()})
     if bundle is not None:
         bundle.save(folder)
     else:  # --no-trees: an earlier stream's trees and weight must not ship with this one
@@ -220,7 +257,9 @@ def stream_results(env: Emulator, state, arrays, fold: Fold) -> pd.DataFrame:
     results["new_student"] = fold.user_cut[student] == 0
     if getattr(state, "bundle", None) is not None:
         parts = state.parts_of_predictions().set_index("row_id")
-        for column in ("model_prediction", "trees_prediction"):
+        columns = ["model_prediction", "trees_prediction"]
+        columns += [member_column(name) for name in state.others]
+        for column in columns:
             results[column] = parts[column].reindex(results["row_id"]).to_numpy()
     return results
 
@@ -249,8 +288,8 @@ def stream_summary(
         "fold_fingerprint": checkpoint.get("fold_fingerprint"),
         "auc": float(table.loc[0, "auc"]),
         "model_auc": float(table.loc[0, "auc_model"]),
-        "submitted": "blend" if bundle is not None and bundle.weight is not None else "model",
-        "blend": None if bundle is None else bundle.record | {"weight": bundle.weight},
+        "submitted": "blend" if bundle is not None and bundle.blended else "model",
+        "blend": None if bundle is None else bundle.record | blend_parameters(bundle),
         **timing,
         "state_bytes_per_student": model_state.state_bytes_per_student(),
         "state_bytes": state.state_bytes(),
@@ -262,6 +301,14 @@ def stream_summary(
         "stream_config": json_values(asdict(config.stream)),
         "trees_config": json_values(asdict(config.trees_config)) if config.trees else None,
     }
+
+
+def blend_parameters(bundle: BlendBundle) -> dict:
+    """What the summary records of the blend: its weight, or a stacked blend's weights and
+    intercept."""
+    if bundle.weights is None:
+        return {"weight": bundle.weight}
+    return {"weight": None, "weights": bundle.weights, "intercept": bundle.intercept}
 
 
 def streamed_already(run: Run, config: InferConfig) -> bool:

@@ -14,8 +14,8 @@ from common.data.api_file import check_api_file
 from common.data.dataset import Dataset
 from common.data.fold_data import fold_count
 from common.errors import UserError
-from common.model.blending import full_blend_bundle
-from common.runs.artefacts import fold_weights
+from common.model.trees.blending import full_blend_bundle
+from common.runs.artefacts import fold_stacks, fold_weights
 from common.runs.folders import choose_run
 from common.runs.oof import write_oof
 from common.runs.table import latest_run
@@ -66,9 +66,11 @@ def fit_full_bundle(config: InferConfig, run: Run) -> None:
     """The full-data model's trees (every question row) and the median of the folds'
     blend weights, written beside full/best.pt for the export."""
     dataset = Dataset.of(run.workspace)
-    bundle = full_blend_bundle(fold_weights(run), dataset, config.trees_config)
+    bundle = full_blend_bundle(fold_weights(run), dataset, config.trees_config, fold_stacks(run))
     bundle.save(run.full)
     weight = "none: the model alone" if bundle.weight is None else f"{bundle.weight:g}"
+    if bundle.weights is not None:
+        weight = ", ".join(f"{name} {w:+.3f}" for name, w in bundle.weights.items())
     print(
         f"full-data trees: {bundle.record['trees']['rounds']} rounds on "
         f"{bundle.record['trees']['train_rows']:,} rows; blend weight {weight} "

@@ -41,12 +41,12 @@ from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
 from common.errors import UserError
 from common.files import atomic_dir, write_json, write_text
-from common.model.blend_bundle import BlendBundle, rewrite_in_run
-from common.model.checkpoint import save_inference_checkpoint
-from common.model.saint import ModelConfig
+from common.model.checkpoint import load_model, save_inference_checkpoint
+from common.model.interface import KTModel
+from common.model.trees.blend_bundle import BlendBundle, rewrite_in_run
 from common.options import option
 from common.stream.kaggle_notebook import COMPETITION
-from common.stream.online import build_snapshot
+from common.stream.online import model_snapshot
 from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -316,7 +316,7 @@ def write_code(dest: Path) -> None:
 
 
 def copy_blend_bundle(source: ModelFolder, dest: ModelFolder) -> bool:
-    """The trees, their inputs and the blend's weight (common.model.blend_bundle) that 04
+    """The trees, their inputs and the blend's weight (common.model.trees.blend_bundle) that 04
     wrote beside the checkpoint, checked (BlendBundle.load: a damaged file is refused, not
     shipped) and copied beside its export; False where there are none."""
     if BlendBundle.load(source, rewrite_in_run(source)) is None:
@@ -326,19 +326,37 @@ def copy_blend_bundle(source: ModelFolder, dest: ModelFolder) -> bool:
     return True
 
 
-def write_state(workspace: Workspace, bundle: Bundle, model: ModelConfig, with_trees: bool):
+def write_members(workspace: Workspace, bundle: Bundle, source: ModelFolder, checkpoint: str):
+    """The run's other architectures beside the model (03 --arch: <model>/<arch>/, where
+    the source holds `checkpoint` for them): each one's checkpoint and start state."""
+    arch = json.loads(source.config.read_text()).get("arch") if source.config.exists() else None
+    dataset = Dataset.of(workspace)
+    for other in list(arch or ())[1:]:
+        model = bundle.model(source.name).member(other)
+        save_inference_checkpoint(source.member(other).checkpoint(checkpoint), model.checkpoint())
+        net = load_model(model.checkpoint())[0]
+        sequences = dataset.sequences
+        if net.config.past_features != "none":
+            attach_model_features(
+                sequences, question_skills(dataset.questions, dataset.n_questions)
+            )
+        snapshot = model_snapshot(net, sequences, dataset.arrays.users, sequences.lengths(), "cpu")
+        snapshot.save(bundle.member_snapshot(other))
+
+
+def write_state(workspace: Workspace, bundle: Bundle, model: KTModel, with_trees: bool):
     """Every student's start state, from every question of the data: the model's last
-    receptive field of questions (SNAPSHOT_FILE; with their past-event features for a
-    model that reads them), part and skill by question (PARTS_FILE, SKILLS_FILE); with
-    the trees or such a model, the whole question history the features read
-    (FEATURE_SNAPSHOT_FILE)."""
+    ring_context questions (SNAPSHOT_FILE; with their past-event features for a model
+    that reads them; a recurrent model's state after each whole history with them),
+    part and skill by question (PARTS_FILE, SKILLS_FILE); with the trees or such a
+    model, the whole question history the features read (FEATURE_SNAPSHOT_FILE)."""
     dataset = Dataset.of(workspace)
     sequences, users = dataset.sequences, dataset.arrays.users
     skill = question_skills(dataset.questions, dataset.n_questions)
-    reads = model.past_features != "none"
+    reads = model.config.past_features != "none"
     if reads:
         attach_model_features(sequences, skill)
-    snapshot = build_snapshot(sequences, users, sequences.lengths(), model.receptive_field)
+    snapshot = model_snapshot(model, sequences, users, sequences.lengths(), "cpu")
     bundle.state.mkdir(parents=True, exist_ok=True)
     snapshot.save(bundle.snapshot)
     del snapshot
@@ -358,9 +376,10 @@ def export_kaggle(
     with atomic_dir(kaggle.dataset) as tmp:
         bundle = Bundle(tmp)
         model = bundle.model(source.name)
-        config = save_inference_checkpoint(source.checkpoint(checkpoint), model.checkpoint())
+        save_inference_checkpoint(source.checkpoint(checkpoint), model.checkpoint())
         blend = copy_blend_bundle(source, model)
-        write_state(workspace, bundle, config, with_trees=blend)
+        write_state(workspace, bundle, load_model(model.checkpoint())[0], with_trees=blend)
+        write_members(workspace, bundle, source, checkpoint)
         write_code(bundle.code)
         write_json(
             bundle.metadata,

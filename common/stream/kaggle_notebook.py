@@ -20,8 +20,9 @@ import numpy as np
 from common.data.past_state import FeatureSnapshot
 from common.device import resolve_device
 from common.errors import UserError
-from common.model.blend_bundle import BlendBundle, rewrite_in_bundle
 from common.model.checkpoint import load_model
+from common.model.registry import ARCH_NAMES
+from common.model.trees.blend_bundle import BlendBundle, rewrite_in_bundle
 from common.stream.api_loop import stream_loop
 from common.stream.blend_state import BlendState, feature_state_budget
 from common.stream.online import OnlineState, Snapshot
@@ -103,7 +104,7 @@ def run_submission(
 
 def bundle_state(bundle: Bundle, model: str, net, device, cache_students: int, budget: int):
     """The state the bundle streams with: the model's online state and, where the bundle
-    ships trees for <model>/ (common.model.blend_bundle), the feature state beside it
+    ships trees for <model>/ (common.model.trees.blend_bundle), the feature state beside it
     (common.stream.blend_state.BlendState: the blend is submitted). The feature state's
     planned bytes come out of `budget` first; the rest sizes the model's cache pool."""
     parts = np.load(str(bundle.parts))
@@ -113,5 +114,24 @@ def bundle_state(bundle: Bundle, model: str, net, device, cache_students: int, b
         return OnlineState(net, parts, device, snapshot, cache_students, budget)
     features = FeatureSnapshot.load(bundle.features)
     reserved = feature_state_budget(features)
+    others = member_states(bundle, model, parts, device, cache_students)
+    reserved += sum(state.state_bytes()["total"] for state in others.values())
     model_state = OnlineState(net, parts, device, snapshot, cache_students, budget, reserved)
-    return BlendState(model_state, blend, parts, np.load(str(bundle.skills)), features)
+    skills = np.load(str(bundle.skills))
+    return BlendState(
+        model_state, blend, parts, skills, features, others=others, primary=net.arch
+    )  # fmt: skip
+
+
+def member_states(bundle: Bundle, model: str, parts, device, cache_students: int) -> dict:
+    """The online states of the other architectures the bundle ships beside <model>/'s
+    (<model>/<arch>/best.pt, state/snapshot-<arch>.npz), by name; their bytes come out of
+    the budget before the model's cache pool is sized."""
+    states = {}
+    for arch in ARCH_NAMES:
+        path = bundle.model(model).member(arch).checkpoint()
+        if path.exists():
+            net, _ = load_model(path, device)
+            snapshot = Snapshot.load(bundle.member_snapshot(arch))
+            states[arch] = OnlineState(net, parts, device, snapshot, cache_students)
+    return states

@@ -11,7 +11,7 @@ parts that OnlineState composes:
     the model step      ModelStep: the model's inputs built from the rings by the same
                         `step_inputs` as training and validation, and the forward pass.
 
-The rings hold the model's receptive field (common/model/saint.py: the latest questions a
+The rings hold the model's receptive field (common/model/saint/model.py: the latest questions a
 prediction can depend on) plus room for the incoming container. Students active in the
 stream also keep the model's key/value cache so a new container costs only its own
 positions; a student's cache is built from the receptive field's questions before their
@@ -33,15 +33,17 @@ import pandas as pd
 import torch
 
 from common.data.api_group import ApiGroup, outcome_list, read_group
-from common.data.features import step_inputs
-from common.model.predict import to_tensors
-from common.model.saint import SAINT
+from common.data.features import QuestionSequences, step_inputs
+from common.model.interface import KTModel
+from common.model.predict import final_states, to_tensors
 from common.stream.cache_pool import CachePool
+from common.stream.recurrent_step import RecurrentPool, RecurrentStep
 from common.stream.snapshot import FIELD_DTYPES, PAST_DTYPE, FileFields, Snapshot, build_snapshot
 from common.stream.student_store import (
     MIN_POOL_STUDENTS,
     NEW_STUDENT_SHARE,
     SNAPSHOT_CHUNK,
+    RingSource,
     StateMemoryError,
     StudentStore,
 )
@@ -58,27 +60,17 @@ __all__ = [
     "Snapshot",
     "StateMemoryError",
     "build_snapshot",
+    "model_snapshot",
 ]
 
 BUILD_PART = 32  # students per forward pass when states are built from their histories
-
-
-class RingSource:
-    """step_inputs source over the rings: fields of (slot, position)."""
-
-    def __init__(self, store: StudentStore):
-        self.store = store
-
-    def take(self, owner: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
-        column = positions % self.store.ring
-        return {name: ring[owner[:, None], column] for name, ring in self.store.rings.items()}
 
 
 class ModelStep:
     """The model's forward step over a group's new containers, from the store's rings and
     the students' caches in the pool (built first where missing)."""
 
-    def __init__(self, model: SAINT, store: StudentStore, pool: CachePool, device: torch.device):
+    def __init__(self, model: KTModel, store: StudentStore, pool: CachePool, device: torch.device):
         self.model, self.store, self.pool, self.device = model, store, pool, device
         self.context = model.config.receptive_field
         self.rebuilds = 0
@@ -171,7 +163,7 @@ class OnlineState:
 
     def __init__(
         self,
-        model: SAINT,
+        model: KTModel,
         parts: np.ndarray,
         device: torch.device,
         snapshot: Snapshot | None = None,
@@ -181,9 +173,12 @@ class OnlineState:
     ):
         self.model = model.eval()
         self.config = model.config
-        self.context = model.config.receptive_field
+        self.context = model.config.ring_context
         self.parts, self.device = parts, device
-        self.pool = CachePool(model, max(cache_students, 1), device)
+        if model.recurrent:  # its state per student, kept (common.stream.recurrent_step)
+            self.pool = RecurrentPool(model, device)
+        else:
+            self.pool = CachePool(model, max(cache_students, 1), device)
         reads_past = model.config.past_features != "none"
         # this module's budget constants, read now: a caller (a test) may set them here
         self.store = StudentStore(
@@ -198,7 +193,11 @@ class OnlineState:
             snapshot_chunk=SNAPSHOT_CHUNK,
         )
         self.ring = self.store.ring
-        self.step = ModelStep(self.model, self.store, self.pool, device)
+        if model.recurrent:
+            self.step = RecurrentStep(self.model, self.store, self.pool, device)
+            self.step.seed(snapshot)
+        else:
+            self.step = ModelStep(self.model, self.store, self.pool, device)
 
     def predict(self, test_df: pd.DataFrame, past: np.ndarray | None = None) -> np.ndarray:
         """Probabilities for test_df's question rows, in their order. `past`: their
@@ -278,3 +277,20 @@ class OnlineState:
     @property
     def rebuilds(self) -> int:
         return self.step.rebuilds
+
+
+def model_snapshot(
+    model: KTModel,
+    sequences: QuestionSequences,
+    users: np.ndarray,
+    length: np.ndarray,
+    device: torch.device,
+) -> Snapshot:
+    """The start state of `model`'s stream: each student's first length[s] questions,
+    the last ring_context of them in the rings (build_snapshot) and, for a recurrent
+    model, its state after the whole history (common.model.predict.final_states)."""
+    snapshot = build_snapshot(sequences, users, length, model.config.ring_context)
+    if model.recurrent:
+        kept = np.flatnonzero(length > 0)  # build_snapshot's students, in its order
+        snapshot.states = final_states(model, sequences, kept, length[kept], device)
+    return snapshot

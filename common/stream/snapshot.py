@@ -39,6 +39,9 @@ class Snapshot:
     n_items: np.ndarray  # (n,) int64 questions answered so far
     last_first: np.ndarray  # (n,) int64 position of the last container's first question
     fields: dict[str, np.ndarray] | FileFields  # name -> (n, length)
+    # a recurrent model's state of each student (common.model.predict.final_states), or
+    # None: a model whose state is rebuilt from the rings
+    states: np.ndarray | None = None
 
     @property
     def length(self) -> int:
@@ -53,6 +56,7 @@ class Snapshot:
                 users=self.users,
                 n_items=self.n_items,
                 last_first=self.last_first,
+                **({} if self.states is None else {"states": self.states}),
                 **{f"field_{k}": v for k, v in self.fields.items()},
             )
 
@@ -61,10 +65,12 @@ class Snapshot:
         """The snapshot in `path`; its fields are read from the file when used (one at a
         time while a state is filled: the whole of them is 3.9 GB at Riiid's size)."""
         data = np.load(str(path))
-        return cls(data["users"], data["n_items"], data["last_first"], FileFields(data))
+        states = data["states"] if "states" in data.files else None
+        return cls(data["users"], data["n_items"], data["last_first"], FileFields(data), states)
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.fields.values()) + 3 * 8 * len(self.users)
+        states = 0 if self.states is None else self.states.nbytes
+        return sum(a.nbytes for a in self.fields.values()) + 3 * 8 * len(self.users) + states
 
 
 class FileFields:

@@ -78,6 +78,10 @@ class StateBudget:
         student slots planned."""
         planned = known + int(known * new_student_share)
         room = self.budget - planned * self.student_bytes
+        if self.pool.per_slot:  # a recurrent model's state: counted in each slot's bytes
+            if room < 0:
+                raise StateMemoryError(self._over_budget(planned))
+            return planned
         fits = room // self.pool.bytes_per_student()
         if fits < min(MIN_POOL_STUDENTS, self.pool.size):
             raise StateMemoryError(
@@ -142,6 +146,8 @@ class StudentStore:
         snapshot_chunk: int = SNAPSHOT_CHUNK,
     ):
         self.context, self.ring, self.parts = context, context + RING_EXTRA, parts
+        # a recurrent model's state lives in the student's slot, with its rings
+        self.slot_state_bytes = pool.bytes_per_student() if pool.per_slot else 0
         # the ring fields: the sequences' and, for a model that reads them, the past-event
         # features of each question (a trailing axis of their own)
         self.fields = {name: (dtype, ()) for name, dtype in FIELD_DTYPES.items()}
@@ -241,7 +247,7 @@ class StudentStore:
             np.dtype(dtype).itemsize * int(np.prod(trailing))
             for dtype, trailing in self.fields.values()
         )
-        return ring + STUDENT_ARRAYS_BYTES + SLOT_INDEX_BYTES
+        return ring + STUDENT_ARRAYS_BYTES + SLOT_INDEX_BYTES + self.slot_state_bytes
 
     def state_bytes(self) -> dict[str, int | None]:
         """What the state holds now: rings and per-student arrays for `capacity` slots,
@@ -347,6 +353,17 @@ class StudentStore:
         self.last_first[slots] = start
         self.last_timestamp[slots] = group.timestamp
         self.n_items[slots] = start + group.counts
+
+
+class RingSource:
+    """step_inputs source over the rings: fields of (slot, position)."""
+
+    def __init__(self, store: StudentStore):
+        self.store = store
+
+    def take(self, owner: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+        column = positions % self.store.ring
+        return {name: ring[owner[:, None], column] for name, ring in self.store.rings.items()}
 
 
 def _grown(array: np.ndarray, capacity: int, fill) -> np.ndarray:

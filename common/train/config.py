@@ -1,6 +1,8 @@
-"""03_train.py's settings: TrainConfig holds the optimisation, selection and run settings
-and the ModelConfig it trains (whose data-sized fields the Trainer fills in). Each field's
-metadata is its command-line flag and help (common/cli.py)."""
+"""03_train.py's settings: TrainConfig holds the optimisation, selection and run settings,
+the architectures it trains (common.model.registry) and each one's config, in its
+section (SAINT's ModelConfig in `model`, the LSTM's in `lstm`, ...; the Trainer fills in
+their data-sized fields). Each field's metadata is its command-line flag and help
+(common/cli.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from common import cli
 from common.device import check_device, device_option
 from common.model.checkpoint import dict_differences
+from common.model.lqrnn.config import LQRNNConfig
+from common.model.lstm.config import LSTMConfig
+from common.model.registry import ARCH_NAMES, ARCHITECTURES
 from common.model.saint import MODEL_PRESETS, ModelConfig, preset_name
 from common.options import above, at_least, between, option, progress_option
 
@@ -54,7 +59,15 @@ class TrainConfig:
     )
     weight_decay: float = option(0.01, "AdamW weight decay", range=at_least(0))
     grad_clip: float = option(1.0, "gradient norm clip", range=above(0))
-    model: ModelConfig = field(default_factory=ModelConfig)
+    arch: tuple[str, ...] = option(
+        ("saint",),
+        "the architectures trained, each in turn (comma list): the first in the fold's "
+        "folder, each other in its own folder inside it (fold{k}/<arch>/); from "
+        + ", ".join(ARCH_NAMES),
+    )
+    model: ModelConfig = field(default_factory=ModelConfig)  # SAINT's (--d-model, ...)
+    lstm: LSTMConfig = field(default_factory=LSTMConfig, metadata={"prefix": "lstm-"})
+    lqrnn: LQRNNConfig = field(default_factory=LQRNNConfig, metadata={"prefix": "lqrnn-"})
     tags: bool = option(
         False, "add the mean embedding of each question's tags (skills) to the encoder input"
     )
@@ -94,10 +107,20 @@ class TrainConfig:
     distill_temperature: float = option(2.0, "distillation temperature", range=above(0))
 
     def __post_init__(self) -> None:
+        self.arch = tuple(self.arch)
+        unknown = [a for a in self.arch if a not in ARCHITECTURES]
+        if unknown or not self.arch or len(set(self.arch)) < len(self.arch):
+            raise ValueError(
+                f"--arch: expected distinct names from {', '.join(ARCH_NAMES)}, got "
+                f"{','.join(self.arch) or 'none'}"
+            )
         if self.epochs < 0 or (self.epochs == 0 and not self.full_data):
             raise ValueError("--epochs must be >= 1 (0, from the CV folds, needs --full-data)")
-        if self.model.question_embedding == "rasch" and not self.tags:
-            raise ValueError("question_embedding 'rasch' needs the questions' tags (--tags)")
+        for arch in self.arch:
+            if self.arch_section(arch).question_embedding == "rasch" and not self.tags:
+                raise ValueError(
+                    f"{arch}: question_embedding 'rasch' needs the questions' tags (--tags)"
+                )
         if self.select_on == "inner" and self.inner_share == 0 and not self.full_data:
             raise ValueError(
                 "--inner-share 0 leaves no inner split to select on: give a share in (0, 1), "
@@ -113,19 +136,35 @@ class TrainConfig:
         unknown = set(values) - known
         if unknown:
             raise ValueError(f"unknown TrainConfig keys {sorted(unknown)}")
-        model = values.get("model", {})
-        if isinstance(model, dict):
-            values = values | {"model": ModelConfig.from_dict(model)}
+        for arch in ARCHITECTURES.values():
+            section = values.get(arch.section, {})
+            if isinstance(section, dict):
+                values = values | {arch.section: arch.config.from_dict(section)}
         return cls(**values)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def model_config(self, n_questions: int, tag_shape: tuple[int, int] = (0, 1)) -> ModelConfig:
-        """The model config with what the data decides filled in: the question count, and
-        tag_shape (n_tags, max_tags; common.model.tags.tag_shape) when `tags` is on."""
+    @property
+    def primary(self) -> str:
+        """The architecture trained in the fold's own folder (the first of --arch)."""
+        return self.arch[0]
+
+    def arch_section(self, arch: str):
+        """The config of architecture `arch` as set (its data-sized fields at 0)."""
+        return getattr(self, ARCHITECTURES[arch].section)
+
+    def model_config(
+        self, n_questions: int, tag_shape: tuple[int, int] = (0, 1), arch: str | None = None
+    ):
+        """The config of `arch` (default: the primary) with what the data decides filled
+        in: the question count, and tag_shape (n_tags, max_tags; common.model.tags.
+        tag_shape) when `tags` is on."""
         n_tags, max_tags = tag_shape if self.tags else (0, 1)
-        return replace(self.model, n_questions=n_questions, n_tags=n_tags, max_tags=max_tags)
+        return replace(
+            self.arch_section(arch or self.primary),
+            n_questions=n_questions, n_tags=n_tags, max_tags=max_tags,
+        )  # fmt: skip
 
 
 # the settings that shape a run's trajectory (a resumed run with others differs from an

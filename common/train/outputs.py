@@ -59,6 +59,7 @@ class RunFiles:
     def checkpoint_payload(self, progress: Progress) -> dict:
         setup, config = self.setup, self.config
         return {
+            "arch": setup.arch,
             "model_config": setup.model_config.to_dict(),
             "model_state": setup.model.state_dict(),
             "optimizer_state": setup.optimizer.state_dict(),
@@ -96,7 +97,7 @@ class RunFiles:
             return False
         checkpoint = read_checkpoint(path, device)
         setup = self.setup
-        check_resumable(path, checkpoint, setup.model_config, self.fingerprint)
+        check_resumable(path, checkpoint, setup.arch, setup.model_config, self.fingerprint)
         changed = shaping_changes(checkpoint.get("train_config", {}), self.config)
         if changed and main:
             print(f"note: resuming {path} with other settings (checkpoint vs now): {changed}")
@@ -195,7 +196,7 @@ class RunFiles:
             "stage": "train",
             "folds": "full" if full else str(self.config.fold),
             "commit": commit(),
-            **config_columns(asdict(self.config)),
+            **config_columns(asdict(self.config), self.setup.arch),
             "epochs": progress.epoch,
             "batch_size": self.setup.plan.batch_size,
             "best_epoch": progress.best_epoch,

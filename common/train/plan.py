@@ -10,7 +10,7 @@ span is preceded by the model's receptive field of earlier questions as context,
 the loss (epoch_spans): every trained prediction is made from the same state that
 teacher-forced validation and streaming predict from, the student's last
 `receptive_field` questions (or the whole history when shorter), whatever the history's
-length (common/model/saint.py: attention is banded to the window, so sequences longer than it
+length (common/model/saint/model.py: attention is banded to the window, so sequences longer than it
 are exact and cost little more per question). Batches hold `batch_size` windows' worth
 of trained questions (a span of L questions counts as ceil(L / window) windows), so a
 step sees as many questions as SAINT's batch of 512 windows.

@@ -28,8 +28,8 @@ from common.device import Distributed, resolve_device
 from common.files import write_run_record
 from common.metrics import auc_or_nan, binary_log_loss
 from common.model.distill import distillation_loss
+from common.model.interface import KTModel
 from common.model.predict import predict_tails, to_tensors
-from common.model.saint import SAINT
 from common.runs.artefacts import cv_epochs
 from common.runs.folders import RunClashError, check_run_name, claim_fold_dir, run_name
 from common.runs.table import append_run_row, read_rows
@@ -37,6 +37,7 @@ from common.train.build import build
 from common.train.config import TrainConfig
 from common.train.outputs import Progress, RunFiles
 from common.train.plan import TrainPlan
+from common.train.recurrent import IDLE, epoch_schedule, lane_resets, rank_lanes, step_batch
 from common.workspace import Run, Workspace
 
 
@@ -73,16 +74,18 @@ class Trainer:
     data: FoldData
     device: torch.device
     dist: Distributed = field(default_factory=Distributed)
+    arch: str = ""  # the architecture trained (default: the config's primary)
 
     def __post_init__(self) -> None:
-        self.folder = self.run.model(self.config.fold, self.config.full_data)
+        self.arch = self.arch or self.config.primary
+        self.folder = member_folder(self.run, self.config, self.arch)
         self.folder.path.mkdir(parents=True, exist_ok=True)
-        self.setup = build(self.config, self.data, self.device, self.dist)
+        self.setup = build(self.config, self.data, self.device, self.dist, self.arch)
         self.files = RunFiles(self.config, self.run, self.folder, self.setup, self.data.fingerprint)
         self.progress = Progress()
 
     @property
-    def model(self) -> SAINT:
+    def model(self) -> KTModel:
         return self.setup.model
 
     @property
@@ -103,6 +106,8 @@ class Trainer:
     # -- one epoch ---------------------------------------------------------------------
     def train_epoch(self) -> tuple[float, float, float]:
         """(mean loss, trained questions per second, seconds) of one epoch's steps."""
+        if self.model.recurrent:
+            return self.train_recurrent_epoch()
         (student, start, begin, stop), steps = self.epoch_batches(self.progress.epoch)
         self.setup.train_model.train()
         total_loss, total_count = 0.0, 0
@@ -214,6 +219,67 @@ class Trainer:
         self.progress.step += 1
         return batch_loss, total
 
+    def train_recurrent_epoch(self) -> tuple[float, float, float]:
+        """A recurrent model's epoch (common.train.recurrent): lanes walk the training
+        students' chunks in order, each carrying its student's state; (mean loss,
+        trained questions per second, seconds)."""
+        setup = self.setup
+        schedule = rank_lanes(
+            epoch_schedule(setup.plan, setup.chunks, self.progress.epoch), setup.plan
+        )
+        state = self.model.empty_cache(schedule.shape[2])
+        setup.train_model.train()
+        total_loss, total_count, clock = 0.0, 0, time.perf_counter()
+        bar = tqdm(
+            range(schedule.shape[1]),
+            desc=f"epoch {self.progress.epoch + 1}",
+            disable=not (self.config.progress and self.dist.main),
+            leave=False,
+        )
+        for step in bar:
+            state.reset(torch.as_tensor(lane_resets(schedule, step), device=self.device))
+            lanes = np.flatnonzero(schedule[0, step] != IDLE)
+            # a rank without work this step still steps (zero weight): DDP's all-reduce
+            # needs every rank; it runs its first lane's first chunk again
+            idle = not len(lanes)
+            active = lanes if not idle else np.zeros(1, dtype=np.int64)
+            student = schedule[0, step, active] if not idle else np.zeros(1, dtype=np.int64)
+            chunk = schedule[1, step, active] if not idle else np.zeros(1, dtype=np.int64)
+            inputs = step_batch(
+                self.data.sequences, setup.chunks, np.maximum(student, 0), chunk,
+                self.data.n_questions, setup.difficulty,
+            )  # fmt: skip
+            batch = to_tensors(inputs, self.device)
+            rows = torch.as_tensor(active, device=self.device)
+            view = state.view(rows) if not idle else self.model.empty_cache(1)
+            loss, count = self.recurrent_step(batch, view, 0.0 if idle else 1.0)
+            total_loss += loss * count
+            total_count += count
+            bar.set_postfix(loss=f"{total_loss / max(total_count, 1):.4f}")
+        seconds = time.perf_counter() - clock
+        return total_loss / max(total_count, 1), total_count * self.dist.world / seconds, seconds
+
+    def recurrent_step(self, batch: dict, state, weight: float) -> tuple[float, int]:
+        """One optimizer step of a recurrent model on one step's lanes, from their carried
+        `state` (which the pass updates, detached); (its loss, trained count)."""
+        setup = self.setup
+        setup.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(
+            self.device.type,
+            dtype=setup.amp_dtype or torch.float32,
+            enabled=setup.amp_dtype is not None,
+        ):
+            logits = setup.train_model(batch, state)
+            loss = masked_bce(logits, batch["label"], batch["valid"].float()) * weight
+        setup.scaler.scale(loss).backward()
+        setup.scaler.unscale_(setup.optimizer)
+        torch.nn.utils.clip_grad_norm_(setup.model.parameters(), self.config.grad_clip)
+        setup.scaler.step(setup.optimizer)
+        setup.scaler.update()
+        setup.scheduler.step()
+        self.progress.step += 1
+        return float(loss.item()), int(batch["valid"].sum()) if weight else 0
+
     def validate(self, tails: Tails) -> tuple[float, float, np.ndarray]:
         """Log loss, AUC (NaN where undefined) and the probabilities of the teacher-forced
         predictions of `tails`."""
@@ -307,6 +373,13 @@ class Trainer:
         return improved
 
 
+def member_folder(run: Run, config: TrainConfig, arch: str):
+    """Where architecture `arch` of `config`'s run trains: the fold's folder for the
+    primary (the first of --arch), a folder of its name inside it for another."""
+    folder = run.model(config.fold, config.full_data)
+    return folder if arch == config.primary else folder.member(arch)
+
+
 def describe_run(trainer: Trainer) -> str:
     """What a run trains on and how: printed at the start of fit."""
     config, plan = trainer.config, trainer.plan
@@ -314,13 +387,27 @@ def describe_run(trainer: Trainer) -> str:
     return (
         f"{trainer.model.n_parameters():,} parameters; device {trainer.device}; "
         f"{describe_selection(config, trainer.data)}\n"
-        f"sequences: spans of {plan.span} questions after {plan.context} of context "
-        f"(receptive field {trainer.setup.model_config.receptive_field}); "
-        f"batches of {plan.batch_size} windows' worth of trained questions"
+        f"{describe_sequences(trainer)}"
         f"{'' if config.batch_size else ' (automatic: see --batch-size)'}\n"
         f"schedule: {config.schedule}, lr {config.lr:g} after a warm-up of "
         f"{plan.warmup:,}{warmup} of {plan.total_steps:,} steps "
         f"({plan.total_steps // max(config.epochs, 1):,} per epoch)"
+    )
+
+
+def describe_sequences(trainer: Trainer) -> str:
+    """What a step trains on: spans after a context (SAINT), or a recurrent model's lanes."""
+    plan = trainer.plan
+    if trainer.model.recurrent:
+        return (
+            f"{trainer.arch}: each student's history in chunks of at most {plan.span} "
+            f"questions, its state carried from the first; {plan.batch_size} students side "
+            "by side per step"
+        )
+    return (
+        f"sequences: spans of {plan.span} questions after {plan.context} of context "
+        f"(receptive field {trainer.setup.model_config.receptive_field}); "
+        f"batches of {plan.batch_size} windows' worth of trained questions"
     )
 
 
@@ -386,14 +473,17 @@ def claim(run: Run, config: TrainConfig, overwrite: bool, dist_info: Distributed
 
 def train(
     config: TrainConfig, workspace: Workspace, name: str | None = None, overwrite: bool = False
-) -> list[dict]:
+) -> dict[str, list[dict]]:
     """Train fold `config.fold` from the workspace's data/ and folds/, or (full_data)
     every student of its data/, into run `name`'s folder (runs/NAME/fold{k} or full/;
-    default name: common.runs.folders.run_name). A fold folder holding files is refused
-    unless it holds this config and config.resume is set, or `overwrite`
-    (common.runs.folders.claim_fold_dir). When epochs were trained, one row is appended
-    to runs.csv. Under torchrun the process group is joined once and kept for the next
-    fold; the caller closes it (Distributed.close)."""
+    default name: common.runs.folders.run_name): each architecture of config.arch in
+    turn, the first in that folder, the others in folders of their names inside it. A
+    fold folder holding files is refused unless it holds this config and config.resume
+    is set, or `overwrite` (common.runs.folders.claim_fold_dir). When epochs were
+    trained, one row per architecture is appended to runs.csv. Returns each
+    architecture's history.csv rows, by name. Under torchrun the
+    process group is joined once and kept for the next fold; the caller closes it
+    (Distributed.close)."""
     begin = time.perf_counter()
     run = workspace.run(check_run_name(name) if name else run_name(config))
     dist_info = Distributed.from_env()
@@ -406,9 +496,14 @@ def train(
     config, data = training_data(config, run, dist_info.main)
     read_rows(workspace)  # a damaged runs.csv is refused before training, not after
     claim(run, config, overwrite, dist_info)
-    trainer = Trainer(config, run, data, device, dist_info)
-    history = trainer.fit()
-    if dist_info.main and trainer.progress.epochs_run:
-        row = trainer.files.run_row(trainer.progress, time.perf_counter() - begin)
-        append_run_row(workspace, row)
-    return history
+    histories = {}
+    for arch in config.arch:  # each architecture in turn, the primary first
+        if len(config.arch) > 1 and dist_info.main:
+            print(f"{arch}: {member_folder(run, config, arch).path}")
+        trainer = Trainer(config, run, data, device, dist_info, arch)
+        histories[arch] = trainer.fit()
+        if dist_info.main and trainer.progress.epochs_run:
+            row = trainer.files.run_row(trainer.progress, time.perf_counter() - begin)
+            append_run_row(workspace, row)
+        begin = time.perf_counter()
+    return histories

@@ -1,6 +1,9 @@
 """The blend 04 streams and submits: sigmoid(w * logit(model) + (1 - w) * logit(trees))
 (common.model.trees.logit_blend), with the model's weight w chosen per fold on the inner
-validation split only, never on the rows it scores; the fold's trees fitted on its
+validation split only, never on the rows it scores; with several architectures (03
+--arch), the stacked blend sigmoid(sum of w_m * logit(member m) + w_t * logit(trees) + b)
+(common.model.trees.stacked_blend), its weights a logistic regression over the members'
+and the trees' logits on the same inner split; the fold's trees fitted on its
 training rows (fold_blend_bundle), or for the full-data model on every row with the
 median of the folds' weights (full_blend_bundle).
 
@@ -25,9 +28,9 @@ from common.data.fold_data import Fold
 from common.data.past_features import FEATURE_NAMES, past_features, question_skills
 from common.data.question_rates import training_entries
 from common.metrics import auc_or_nan
-from common.model.blend_bundle import BlendBundle
-from common.model.boosting import FittedTrees, TreesConfig, fit_trees
-from common.model.trees import logit_blend
+from common.model.trees.blend_bundle import TREES_WEIGHT, BlendBundle
+from common.model.trees.boosting import FittedTrees, TreesConfig, fit_trees
+from common.model.trees.forest import clipped_logit, logit_blend, stacked_blend
 
 BLEND = "blend: model + trees"
 WEIGHTS = np.round(np.linspace(0.0, 1.0, 21), 2)  # the model's weight
@@ -40,18 +43,47 @@ def choose_weight(labels: np.ndarray, model: np.ndarray, features: np.ndarray) -
     return float(WEIGHTS[len(WEIGHTS) - 1 - int(np.argmax(aucs[::-1]))])
 
 
+def choose_stack(
+    labels: np.ndarray, members: dict[str, np.ndarray], trees: np.ndarray
+) -> tuple[dict[str, float], float]:
+    """The stacked blend's weights (each member's, in their order, then the trees') and
+    intercept: a logistic regression over their logits (scikit-learn's, L2 at C=1: the
+    inner split's thousands of rows against a handful of weights)."""
+    from sklearn.linear_model import LogisticRegression  # only here: a fit, not a stream
+
+    names = [*members, TREES_WEIGHT]
+    logits = np.column_stack([clipped_logit(p) for p in [*members.values(), trees]])
+    fit = LogisticRegression(C=1.0, max_iter=1000).fit(logits, labels)
+    return dict(zip(names, map(float, fit.coef_[0]), strict=True)), float(fit.intercept_[0])
+
+
 @dataclass
 class BlendChoice:
     """A fold's weight and the inner split's AUCs it was chosen on, with the trees'
-    permutation importance there (the AUC lost when a feature's values are shuffled)."""
+    permutation importance there (the AUC lost when a feature's values are shuffled).
+    Several architectures: the stacked blend's weights and intercept (weight None) and
+    each member's inner AUC."""
 
-    weight: float
+    weight: float | None
     epoch: int  # the checkpoint's epoch whose inner predictions chose it
     inner_rows: int
     inner_auc_model: float
     inner_auc_features: float
     inner_auc_blend: float
     importance: dict[str, list[float]] = field(default_factory=dict)  # name: [mean, std]
+    weights: dict[str, float] | None = None
+    intercept: float = 0.0
+    inner_auc_members: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Member:
+    """Another architecture of the run beside the model (03 --arch's first): its name,
+    03's predictions of the inner split and the streamed checkpoint's epoch."""
+
+    name: str
+    inner: InnerPredictions
+    epoch: int | None
 
 
 @dataclass
@@ -103,12 +135,27 @@ def choose_fold_blend(
     data: Dataset,
     checkpoint_epoch: int | None,
     config: TreesConfig,
+    others: tuple[Member, ...] = (),
+    primary: str = "model",
 ) -> tuple[BlendChoice | None, str]:
     """(choice, "") or (None, why there is no blend for this fold). The trees are
-    fitted again without the inner rows and score them beside best.pt's predictions."""
+    fitted again without the inner rows and score them beside best.pt's predictions
+    (and, with `others`, every other architecture's best.pt's: then the stacked blend's
+    weights; the model's name among them is `primary`)."""
     entries, model, why = inner_entries(inner, fold, data, checkpoint_epoch)
     if entries is None:
         return None, why
+    members = {primary: model}
+    for member in others:
+        member_entries, predictions, why = inner_entries(member.inner, fold, data, member.epoch)
+        if member_entries is None:
+            return None, why
+        if not np.array_equal(member_entries, entries):
+            raise ValueError(
+                f"{member.inner.path}: other inner rows than {inner.path} (the same inner "
+                "split, 03's --inner-share and --seed, must choose every member)"
+            )
+        members[member.name] = predictions
     fit = fold_training(data, fold)
     fit[entries] = False
     skill = question_skills(data.questions, data.n_questions)
@@ -119,15 +166,25 @@ def choose_fold_blend(
     features = past_features(data.sequences, entries, skill, fitted.rates)
     trees = fitted.trees.probability(features)
     labels = data.sequences.response[entries]
-    weight = choose_weight(labels, model, trees)
+    weight, weights, intercept = None, None, 0.0
+    if others:
+        weights, intercept = choose_stack(labels, members, trees)
+        named = dict(members, **{TREES_WEIGHT: trees})
+        blended = stacked_blend([(w, named[n]) for n, w in weights.items()], intercept)
+    else:
+        weight = choose_weight(labels, model, trees)
+        blended = logit_blend(model, trees, weight)
     choice = BlendChoice(
         weight=weight,
         epoch=int(checkpoint_epoch),
         inner_rows=len(entries),
         inner_auc_model=auc_or_nan(labels, model),
         inner_auc_features=auc_or_nan(labels, trees),
-        inner_auc_blend=auc_or_nan(labels, logit_blend(model, trees, weight)),
+        inner_auc_blend=auc_or_nan(labels, blended),
         importance=tree_importance(fitted, features, labels, config.boost_seed),
+        weights=weights,
+        intercept=intercept,
+        inner_auc_members={n: auc_or_nan(labels, p) for n, p in members.items()} if others else {},
     )
     return choice, ""
 
@@ -168,17 +225,18 @@ def tree_importance(
 
 def fold_blend_bundle(
     inner: InnerPredictions, fold: Fold, data: Dataset, checkpoint_epoch: int | None,
-    config: TreesConfig,
+    config: TreesConfig, others: tuple[Member, ...] = (), primary: str = "model",
 ) -> BlendBundle:  # fmt: skip
     """What 04 streams with fold `fold`'s checkpoint: the trees fitted on every training
     row of the fold and the weight chosen on its inner split (none without one: then the
-    model alone is submitted)."""
+    model alone is submitted); with `others`, the stacked blend's weights over every
+    architecture and the trees."""
     skill = question_skills(data.questions, data.n_questions)
     fitted = fit_trees(
         data.sequences, fold_training(data, fold), skill, data.n_questions,
         config.boost_question_prior, config, config.boost_seed,
     )  # fmt: skip
-    choice, why = choose_fold_blend(inner, fold, data, checkpoint_epoch, config)
+    choice, why = choose_fold_blend(inner, fold, data, checkpoint_epoch, config, others, primary)
     record = {
         "trees": {"rounds": fitted.rounds, "train_rows": fitted.train_rows},
         "chosen_on": "the fold's inner split" if choice else None,
@@ -186,22 +244,28 @@ def fold_blend_bundle(
         "no_blend": why or None,
     }
     weight = choice.weight if choice else None
-    return BlendBundle(fitted.trees, fitted.rates, skill, weight, record)
+    weights = choice.weights if choice else None
+    intercept = choice.intercept if choice else 0.0
+    return BlendBundle(fitted.trees, fitted.rates, skill, weight, record, weights, intercept)
 
 
 def full_blend_bundle(
-    fold_weights: dict[int, float | None], data: Dataset, config: TreesConfig
-) -> BlendBundle:
+    fold_weights: dict[int, float | None], data: Dataset, config: TreesConfig,
+    fold_stacks: dict[int, tuple[dict, float]] | None = None,
+) -> BlendBundle:  # fmt: skip
     """What 04 --full ships with the full-data model: trees fitted on every question row,
     and the median of the weights the run's folds chose on their inner splits
     (`fold_weights`, fold: weight, None where a fold chose none; the model alone without
-    any)."""
+    any). A run of several architectures: `fold_stacks` (fold: each fold's stacked weights
+    and intercept), each weight and the intercept the median over the folds."""
     skill = question_skills(data.questions, data.n_questions)
     every = np.ones(len(data.sequences.row), dtype=bool)
     fitted = fit_trees(
         data.sequences, every, skill, data.n_questions, config.boost_question_prior, config,
         config.boost_seed,
     )  # fmt: skip
+    if fold_stacks:
+        return full_stack_bundle(fold_stacks, fitted, skill)
     chosen = {k: w for k, w in sorted(fold_weights.items()) if w is not None}
     weight = float(np.median(list(chosen.values()))) if chosen else None
     record = {
@@ -211,3 +275,21 @@ def full_blend_bundle(
         "no_blend": None if chosen else "no fold of the run has a blend weight (04 on its folds)",
     }
     return BlendBundle(fitted.trees, fitted.rates, skill, weight, record)
+
+
+def full_stack_bundle(
+    fold_stacks: dict[int, tuple[dict, float]], fitted: FittedTrees, skill: np.ndarray
+) -> BlendBundle:
+    """full_blend_bundle's stacked blend: each weight (and the intercept) the median of
+    the folds'."""
+    folds = sorted(fold_stacks)
+    names = list(fold_stacks[folds[0]][0])
+    weights = {n: float(np.median([fold_stacks[k][0][n] for k in folds])) for n in names}
+    intercept = float(np.median([fold_stacks[k][1] for k in folds]))
+    record = {
+        "trees": {"rounds": fitted.rounds, "train_rows": fitted.train_rows},
+        "chosen_on": f"the median of folds {folds}' stacked weights",
+        "fold_weights": {str(k): fold_stacks[k][0] for k in folds},
+        "no_blend": None,
+    }
+    return BlendBundle(fitted.trees, fitted.rates, skill, None, record, weights, intercept)

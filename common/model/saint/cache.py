@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from common.model.config import ModelConfig
+from common.model.saint.config import ModelConfig
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Passes of SAINT (common.model.saint) that compute each layer only where a later
-position can reach it: priming a cache (common.model.cache) with a student's history, the
+position can reach it: priming a cache (common.model.saint.cache) with a student's history, the
 start of a streaming state, and a training pass from a first trained position
 (SAINT.forward's trained_from). Also the cache a model's streaming passes use."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from common.model.attention import Blocks
-from common.model.attention_inputs import AttentionInputs, attention_inputs
-from common.model.cache import ModelCache
-from common.model.config import ModelConfig
-from common.model.heads import readout_state
+from common.model.saint.attention import Blocks
+from common.model.saint.attention_inputs import AttentionInputs, attention_inputs
+from common.model.saint.cache import ModelCache
+from common.model.saint.config import ModelConfig
+from common.model.saint.heads import readout_state
 
 
 def empty_cache(model: nn.Module, rows: int, size: int | None = None) -> ModelCache:

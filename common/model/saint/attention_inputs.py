@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from common.model.attention import Blocks, Rotary, attention_mask, rope_tail
-from common.model.cache import ModelCache
-from common.model.config import ModelConfig
+from common.model.saint.attention import Blocks, Rotary, attention_mask, rope_tail
+from common.model.saint.cache import ModelCache
+from common.model.saint.config import ModelConfig
 
 
 @dataclass
@@ -36,7 +36,7 @@ class AttentionInputs:
         self, group: str, i: int, state: tuple[Tensor, ...], skip: int = 0
     ) -> tuple[Tensor, ...]:
         """A layer's new key state; with a cache, stored, and the whole ring returned.
-        skip: the state starts at the batch's position `skip` (common.model.priming)."""
+        skip: the state starts at the batch's position `skip` (common.model.saint.priming)."""
         cache = self.cache
         if cache is None:
             return state

@@ -19,7 +19,7 @@ import numpy as np
 from common.data.features import QuestionSequences
 from common.data.past_features import CATEGORICAL, FEATURE_NAMES, past_features, question_count
 from common.data.question_rates import question_rates
-from common.model.trees import BITSET_WORDS, Trees
+from common.model.trees.forest import BITSET_WORDS, Trees
 from common.options import above, at_least, option
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The submission's second scorer, as files beside the checkpoint it is blended with:
-the boosted trees (common.model.trees), the inputs their past-event features read (the
+the boosted trees (common.model.trees.forest), the inputs their past-event features read (the
 training rows' question-rate table, each question's skill) and the blend's weight with how
 it was chosen. 04 writes them into fold{k}/ or full/, the Kaggle bundle ships them in
 <model>/, and every reader (05, 04's export and --full, the notebook) goes through
@@ -22,7 +22,7 @@ import numpy as np
 from common.data.question_rates import QuestionRates
 from common.errors import UserError
 from common.files import atomic_file, write_json
-from common.model.trees import Trees, logit_blend, read_arrays
+from common.model.trees.forest import Trees, logit_blend, read_arrays, stacked_blend
 from common.workspace import ModelFolder
 
 # blend.json's record of each array file's digest (arrays_digest), by file name: a file
@@ -31,6 +31,7 @@ DIGESTS = "digests"
 # what reading an .npz that is damaged or not one raises (numpy, zipfile, the OS)
 NPZ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
 INPUT_ARRAYS = ("rate", "count", "global_rate", "skill")  # tree_inputs.npz
+TREES_WEIGHT = "trees"  # the trees' key in a stacked blend's weights
 # BlendBundle.load's `again` where its caller names no command (rewrite_in_run does)
 REWRITE = "04_infer.py writes them again (the fold streamed, or --full, again)"
 
@@ -52,6 +53,11 @@ class BlendBundle:
     # blend.json: the weight, how it was chosen, what the trees were fitted on, and (added
     # here) the arrays' DIGESTS, which 04's stream summary records with it
     record: dict
+    # a run of several architectures (03 --arch): each one's weight and the trees' in the
+    # stacked logit blend (common.model.trees.stacked_blend; the members' in --arch's
+    # order, then TREES_WEIGHT) and its intercept; None: one model, `weight` blends it
+    weights: dict | None = None
+    intercept: float = 0.0
 
     def __post_init__(self) -> None:
         digests = {
@@ -69,11 +75,19 @@ class BlendBundle:
             "skill": self.skill,
         }
 
+    @property
+    def blended(self) -> bool:
+        """Whether the submission is a blend (else the model alone)."""
+        return self.weight is not None or self.weights is not None
+
     def save(self, folder: ModelFolder) -> None:
         self.trees.save(folder.trees)
         with atomic_file(folder.tree_inputs) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, **self.input_arrays())
-        write_json(folder.blend, dict(self.record, weight=self.weight))
+        stacked = {} if self.weights is None else {"weights": self.weights}
+        if self.weights is not None:
+            stacked["intercept"] = self.intercept
+        write_json(folder.blend, dict(self.record, weight=self.weight, **stacked))
 
     @classmethod
     def load(cls, folder: ModelFolder, again: str = REWRITE) -> BlendBundle | None:
@@ -93,7 +107,10 @@ class BlendBundle:
         record = read_record(folder.blend, again)
         rates, skill = read_inputs(folder.tree_inputs, again)
         trees = read_trees(folder.trees, again)
-        bundle = cls(trees, rates, skill, record["weight"], record)
+        bundle = cls(
+            trees, rates, skill, record["weight"], record, record.get("weights"),
+            record.get("intercept", 0.0),
+        )  # fmt: skip
         written = record.get(DIGESTS) or {}
         for name, digest in bundle.record[DIGESTS].items():
             if name in written and written[name] != digest:
@@ -104,8 +121,17 @@ class BlendBundle:
                 )
         return bundle
 
-    def blend(self, model: np.ndarray, trees: np.ndarray) -> np.ndarray:
-        """What is submitted: the logit blend, or the model alone without a weight."""
+    def blend(
+        self, model: np.ndarray, trees: np.ndarray, members: dict | None = None
+    ) -> np.ndarray:
+        """What is submitted: the logit blend of the model (the first architecture) and
+        the trees; with several architectures the stacked blend of every member's
+        probabilities (`members`, by name) and the trees'; the model alone without a
+        weight."""
+        if self.weights is not None:
+            named = dict(members or {}, **{TREES_WEIGHT: trees})
+            columns = [(w, named[name]) for name, w in self.weights.items()]
+            return stacked_blend(columns, self.intercept)
         if self.weight is None:
             return np.asarray(model, dtype=np.float64)
         return logit_blend(model, trees, self.weight)
@@ -154,13 +180,33 @@ def read_record(path, again: str) -> dict:
             f"{path} holds {found}: 04 writes an object with the blend's weight; {again}"
         )
     weight = record["weight"]
-    number = isinstance(weight, (int, float)) and not isinstance(weight, bool)
-    if weight is not None and not (number and 0 <= weight <= 1):  # NaN included
+    if weight is not None and not (_number(weight) and 0 <= weight <= 1):  # NaN included
         raise BlendFileError(
             f"{path}: weight {weight!r} is not a number in [0, 1] (the model's share of the "
             f"blend; null: the model alone); {again}"
         )
+    weights = record.get("weights")
+    if weights is not None:
+        finite = isinstance(weights, dict) and all(
+            isinstance(k, str) and _number(v) and np.isfinite(v) for k, v in weights.items()
+        )
+        intercept = record.get("intercept", 0.0)
+        if (
+            not finite
+            or TREES_WEIGHT not in weights
+            or not _number(intercept)
+            or not np.isfinite(intercept)
+        ):
+            raise BlendFileError(
+                f"{path}: weights {weights!r} (intercept {intercept!r}) are not finite "
+                f"numbers by member with a {TREES_WEIGHT!r} entry (the stacked blend of "
+                f"several architectures); {again}"
+            )
     return record
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def read_inputs(path, again: str) -> tuple[QuestionRates, np.ndarray]:

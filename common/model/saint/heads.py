@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.model.attention import Attention, Rotary, rope_tail
-from common.model.attention_inputs import AttentionInputs
-from common.model.config import ModelConfig
 from common.model.inputs import add_past_norm, past_values, question_vector
-from common.model.layers import Dropout
+from common.model.saint.attention import Attention, Rotary, rope_tail
+from common.model.saint.attention_inputs import AttentionInputs
+from common.model.saint.config import ModelConfig
+from common.model.saint.layers import Dropout
 
 
 class ReadoutAttention(Attention):

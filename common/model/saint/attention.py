@@ -3,7 +3,7 @@ multi-head (latent) attention.
 
 Two choices differ from the papers' text, both so that one student's state can be
 extended question by question at inference with cached keys and values (the window
-slides; nothing is recomputed; common.model.cache):
+slides; nothing is recomputed; common.model.saint.cache):
 - Position enters through rotary embeddings (Su et al. 2021, RoFormer) on queries and
   keys, indexed by the question's position in the student's whole history, instead of a
   learned embedding of the position inside the window.
@@ -287,7 +287,7 @@ class Attention(nn.Module):
     2405.04434) a single (B, S, kv_latent_dim) latent from which every head's keys and
     values are up-projected when used.
 
-    `config` is the model's ModelConfig (common.model.config).
+    `config` is the model's ModelConfig (common.model.saint.config).
     """
 
     def __init__(self, config):

@@ -1,6 +1,6 @@
 """The boosted-features baseline's trees as plain arrays, and the predictor that scores
 them: what the Kaggle notebook blends with the model. scikit-learn's pickles do not load
-in the competition's 2020 stack, so common.model.boosting converts a fitted
+in the competition's 2020 stack, so common.model.trees.boosting converts a fitted
 HistGradientBoostingClassifier into `Trees`, saved as one .npz of arrays.
 
 This module ships in the Kaggle bundle: it runs under Python 3.7 with numpy 1.19 and
@@ -263,12 +263,24 @@ def in_bitsets(bitsets: np.ndarray, row: np.ndarray, code: np.ndarray) -> np.nda
     return ((word >> (code & 31)) & 1).astype(bool)
 
 
+def clipped_logit(p) -> np.ndarray:
+    """logit(p) of probabilities clipped EDGE from 0 and 1."""
+    p = np.clip(np.asarray(p, dtype=np.float64), EDGE, 1 - EDGE)
+    return np.log(p) - np.log1p(-p)
+
+
 def logit_blend(model: np.ndarray, features: np.ndarray, weight: float) -> np.ndarray:
     """sigmoid(weight * logit(model) + (1 - weight) * logit(features)) of two
     probabilities, each clipped EDGE from 0 and 1 first."""
+    return stacked_blend([(weight, model), (1 - weight, features)])
 
-    def logit(p):
-        p = np.clip(np.asarray(p, dtype=np.float64), EDGE, 1 - EDGE)
-        return np.log(p) - np.log1p(-p)
 
-    return 1.0 / (1.0 + np.exp(-(weight * logit(model) + (1 - weight) * logit(features))))
+def stacked_blend(columns: list, intercept: float = 0.0) -> np.ndarray:
+    """sigmoid(sum of weight * logit(p) over the (weight, p) columns, in their order, +
+    intercept): the blend of several models and the trees (logit_blend: two columns
+    whose weights add to 1, no intercept)."""
+    total = None
+    for weight, p in columns:
+        term = weight * clipped_logit(p)
+        total = term if total is None else total + term
+    return 1.0 / (1.0 + np.exp(-(total + intercept)))

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.model.attention import Attention, rope_tail
-from common.model.config import ModelConfig
+from common.model.saint.attention import Attention, rope_tail
+from common.model.saint.config import ModelConfig
 
 
 class _MaskMultiply(torch.autograd.Function):

@@ -10,7 +10,8 @@ common/model/inputs.py's registry.
 Two choices differ from the papers' text, both so that one student's state can be
 extended question by question at inference with cached keys and values (the window
 slides; nothing is recomputed): rotary positions over the student's whole history and
-banded attention (both in common/model/attention.py); the cache is common/model/cache.py.
+banded attention (both in common/model/saint/attention.py); the cache is
+common/model/saint/cache.py.
 
 No leakage within a task container (the questions of a bundle are answered before any
 feedback): the decoder's first self-attention takes its query at question t from the key
@@ -25,24 +26,24 @@ from functools import partial
 
 from torch import Tensor, nn
 
-from common.model.attention import Rotary, rope_tail
-from common.model.attention_inputs import AttentionInputs, attention_inputs
-from common.model.cache import ModelCache
-from common.model.config import DECODER_FEATURES, MODEL_PRESETS, ModelConfig, preset_name
-from common.model.heads import add_past_head, add_readout, past_logit, read_out
 from common.model.inputs import decoder_inputs, encoder_inputs, input_sum, registration_order
-from common.model.layers import DecoderLayer, Dropout, EncoderLayer, init_weights
-from common.model.priming import empty_cache, prime, trained_layers
+from common.model.interface import KTModel
+from common.model.saint.attention import Rotary, rope_tail
+from common.model.saint.attention_inputs import AttentionInputs, attention_inputs
+from common.model.saint.cache import ModelCache
+from common.model.saint.config import ModelConfig
+from common.model.saint.heads import add_past_head, add_readout, past_logit, read_out
+from common.model.saint.layers import DecoderLayer, Dropout, EncoderLayer, init_weights
+from common.model.saint.priming import empty_cache, prime, trained_layers
 
-# the names this module has always offered its importers
-__all__ = ["DECODER_FEATURES", "MODEL_PRESETS", "SAINT", "ModelConfig", "preset_name"]
 
-
-class SAINT(nn.Module):
+class SAINT(KTModel):
     """SAINT / SAINT+ over batches from common.data.features.step_inputs. Its inputs are
     common.model.inputs' embedders; the read-out and the past features' head are
-    common.model.heads'; priming a cache and a training pass from trained_from compute
-    only what later positions reach (common.model.priming)."""
+    common.model.saint.heads'; priming a cache and a training pass from trained_from compute
+    only what later positions reach (common.model.saint.priming)."""
+
+    arch = "saint"
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -74,9 +75,6 @@ class SAINT(nn.Module):
         self.apply(init_weights)
         for embedder in (*inputs, *later_inputs):
             embedder.init(self, config)
-
-    def n_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
     def encoder_input(self, batch: dict[str, Tensor]) -> Tensor:
         """(B, T, D): the encoder's inputs, one per question (step_inputs' query fields)."""

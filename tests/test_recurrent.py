@@ -1,0 +1,236 @@
+"""The recurrent architectures (common.model.lstm, common.model.lqrnn): one state per
+student, carried through the whole history. Training's lanes, validation's steps, the
+snapshot and the stream must all hold the same state at the same question: parity of
+the state across chunks, across training and validation, after a snapshot (saved and
+read back) and in the stream; no question reads an outcome of its own container; the
+registry rebuilds them from their checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from common.data.arrays import TrainArrays, load_questions, question_parts
+from common.data.features import FlatSource, step_inputs
+from common.data.fold_data import Fold, load_fold_data
+from common.device import Distributed
+from common.model.checkpoint import load_model, save_model
+from common.model.lqrnn.config import LQRNNConfig
+from common.model.lstm.config import LSTMConfig
+from common.model.predict import predict_tails, to_tensors
+from common.model.registry import build_model
+from common.stream.api_loop import stream_loop
+from common.stream.emulator import Emulator, EmulatorConfig, stream_frame
+from common.stream.online import OnlineState, Snapshot, model_snapshot
+from common.train.build import build
+from common.train.config import TrainConfig
+from common.train.recurrent import epoch_schedule, lane_resets, rank_lanes, step_batch
+from common.workspace import Workspace
+from tests.helpers import make_tiny_demo
+
+CPU = torch.device("cpu")
+CONFIGS = {
+    "lstm": LSTMConfig(d_model=16, window=7, layers=2, decoder_features=("elapsed", "lag")),
+    "lqrnn": LQRNNConfig(d_model=16, window=7, n_heads=2, decoder_features=("elapsed", "lag")),
+}
+ARCHS = sorted(CONFIGS)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return make_tiny_demo(tmp_path_factory.mktemp("recurrent"), users=40)
+
+
+def fresh(arch: str, n_questions: int, seed: int = 0):
+    torch.manual_seed(seed)
+    return build_model(arch, replace(CONFIGS[arch], n_questions=n_questions)).eval()
+
+
+def one_student_batch(sequences, student, query_from, query_count, key_from, key_count, n):
+    inputs = step_inputs(
+        FlatSource(sequences), np.array([student]), np.array([0]), np.array([query_from]),
+        np.array([query_count]), np.array([key_from]), np.array([key_count]), n,
+    )  # fmt: skip
+    return to_tensors(inputs, CPU)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_state_carried_across_steps_is_the_state_of_one_pass(demo, arch):
+    """predict_tails in chunks of 7 questions (the state carried from one to the next)
+    gives the logits of one pass over each student's whole history; a chunk of 3, the
+    same."""
+    data = load_fold_data(Workspace(demo), 0)
+    model = fresh(arch, data.n_questions)
+    sequences = data.sequences
+    students = np.flatnonzero(sequences.lengths() >= 20)[:5]
+    end = sequences.lengths()[students]
+    zero = np.zeros_like(end)
+    chunked = predict_tails(model, sequences, students, zero, end, CPU, chunk=7)
+    short = predict_tails(model, sequences, students, zero, end, CPU, chunk=3, batch_size=2)
+    whole = []
+    for s, n in zip(students, end, strict=True):
+        cf = sequences.container_first[sequences.offsets[s] : sequences.offsets[s] + n]
+        # every question, and the whole key stream up to the last container's first
+        batch = one_student_batch(sequences, s, 0, n, 0, int(cf[-1]) + 1, data.n_questions)
+        with torch.no_grad():
+            whole.append(torch.sigmoid(model(batch)[0]).numpy())
+    np.testing.assert_allclose(chunked, np.concatenate(whole), atol=2e-6)
+    np.testing.assert_allclose(short, chunked, atol=2e-6)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_training_lanes_carry_the_state_validation_starts_from(demo, arch):
+    """The training epoch's lanes (common.train.recurrent: students side by side, each
+    lane's state carried from chunk to chunk, reset when it takes a new student) give
+    every trained question the logit validation's steps give it (eval mode: no
+    dropout)."""
+    workspace = Workspace(demo)
+    data = load_fold_data(workspace, 0, 0.1, 0)
+    section = CONFIGS[arch]
+    config = TrainConfig(arch=(arch,), **{"lstm" if arch == "lstm" else "lqrnn": section})
+    config = replace(config, batch_size=4, epochs=1)
+    setup = build(config, data, CPU, Distributed())
+    model = setup.model.eval()
+    schedule = rank_lanes(epoch_schedule(setup.plan, setup.chunks, 0), setup.plan)
+    state = model.empty_cache(schedule.shape[2])
+    trained = {}
+    with torch.no_grad():
+        for step in range(schedule.shape[1]):
+            state.reset(torch.as_tensor(lane_resets(schedule, step)))
+            lanes = np.flatnonzero(schedule[0, step] >= 0)
+            student, chunk = schedule[0, step, lanes], schedule[1, step, lanes]
+            inputs = step_batch(
+                data.sequences, setup.chunks, student, chunk, data.n_questions, None
+            )
+            logits = model(to_tensors(inputs, CPU), state.view(torch.as_tensor(lanes)))
+            for row, s in enumerate(student):
+                for t in np.flatnonzero(inputs["valid"][row]):
+                    trained[(int(s), int(inputs["position"][row, t]))] = float(logits[row, t])
+    students = np.flatnonzero(data.fit_length > 0)
+    probability = predict_tails(
+        model, data.sequences, students, np.zeros_like(students), data.fit_length[students], CPU
+    )
+    expected = {}
+    at = 0
+    for s in students:
+        for p in range(int(data.fit_length[s])):
+            expected[(int(s), p)] = float(torch.logit(torch.tensor(probability[at]).double()))
+            at += 1
+    assert trained.keys() == expected.keys()  # every training question, once
+    gap = max(abs(trained[k] - expected[k]) for k in expected)
+    assert gap < 1e-4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_snapshot_state_continues_the_history(demo, arch, tmp_path):
+    """final_states after the first n questions, saved in a snapshot and read back, then
+    the next container from that state: the logits of the whole history in one pass."""
+    workspace = Workspace(demo)
+    data = load_fold_data(workspace, 0)
+    model = fresh(arch, data.n_questions)
+    sequences = data.sequences
+    student = int(np.flatnonzero(sequences.lengths() >= 30)[0])
+    cf = sequences.container_first[sequences.offsets[student] : sequences.offsets[student + 1]]
+    cut = int(cf[20])  # a container's first question
+    users = np.arange(sequences.n_students)
+    length = np.zeros(sequences.n_students, dtype=np.int64)
+    length[student] = cut
+    snapshot = model_snapshot(model, sequences, users, length, CPU)
+    snapshot.save(tmp_path / "snapshot.npz")
+    loaded = Snapshot.load(tmp_path / "snapshot.npz")
+    assert loaded.states is not None and loaded.states.shape[0] == 1
+    state = model.empty_cache(1)
+    state.load_arrays(loaded.states)
+    stop = cut + 1
+    while stop < len(cf) and cf[stop] == cut:
+        stop += 1
+    key_from = (
+        cut - model.config.key_context + 1 if model.config.key_context else int(cf[cut - 1]) + 1
+    )
+    key_from = max(0, min(key_from, int(cf[cut - 1]) + 1))
+    batch = one_student_batch(
+        sequences, student, cut, stop - cut, key_from, cut - key_from + 1, data.n_questions
+    )
+    with torch.no_grad():
+        continued = torch.sigmoid(model(batch, state)[0]).numpy()
+    whole = predict_tails(
+        model, sequences, np.array([student]), np.array([cut]), np.array([stop]), CPU
+    )
+    np.testing.assert_allclose(continued, whole, atol=2e-6)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_streaming_equals_validation(demo, arch):
+    """The fold's validation rows streamed group by group through the emulated API, from
+    the snapshot of every student's training questions: the probabilities validation's
+    steps give the same rows (predict_tails from each history's first question)."""
+    workspace = Workspace(demo)
+    data = load_fold_data(workspace, 0)
+    model = fresh(arch, data.n_questions)
+    arrays = TrainArrays.load(workspace.data)
+    parts = question_parts(load_questions(workspace.data))
+    snapshot = model_snapshot(model, data.sequences, arrays.users, data.train_length, CPU)
+    state = OnlineState(model, parts, CPU, snapshot)
+    frame = stream_frame(arrays, Fold.load(workspace, 0).stream_index)
+    env = Emulator(frame, EmulatorConfig(seed=3, max_group_students=20))
+    stream_loop(env, state, progress=False)
+    results = env.results()
+    tails = data.fold_tails
+    expected = predict_tails(model, data.sequences, tails.students, tails.history, tails.end, CPU)
+    rows = data.sequences.row[tails.flat_index(data.sequences)]
+    expected = pd.Series(expected, index=rows)[results["global_row"].to_numpy()].to_numpy()
+    assert len(results) == len(rows) > 100
+    np.testing.assert_allclose(results["prediction"].to_numpy(), expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_no_question_reads_an_outcome_of_its_own_container(demo, arch):
+    """Flipping the response of one question of a multi-question container changes no
+    prediction of that container, and changes a prediction of a later container (the
+    outcome does reach the model once revealed)."""
+    data = load_fold_data(Workspace(demo), 0)
+    model = fresh(arch, data.n_questions)
+    sequences = data.sequences
+    for s in range(sequences.n_students):
+        begin, n = sequences.offsets[s], sequences.lengths()[s]
+        cf = sequences.container_first[begin : begin + n]
+        bundles = [p for p in range(1, n - 1) if cf[p] == cf[p - 1] and cf[p] == p - 1]
+        bundles = [p for p in bundles if cf[-1] > p]
+        if bundles:
+            break
+    else:
+        pytest.skip("the demo has no multi-question container")
+    first = bundles[0] - 1  # a container starting here with at least two questions
+    stop = first + 1
+    while cf[stop] == first:
+        stop += 1
+
+    def probabilities() -> np.ndarray:
+        batch = one_student_batch(sequences, s, 0, n, 0, int(cf[-1]) + 1, data.n_questions)
+        with torch.no_grad():
+            return torch.sigmoid(model(batch)[0]).numpy()
+
+    before = probabilities()
+    saved = sequences.response[begin + first].copy()
+    sequences.response[begin + first] = 1 - saved
+    try:
+        after = probabilities()
+    finally:
+        sequences.response[begin + first] = saved
+    np.testing.assert_array_equal(before[:stop], after[:stop])  # its container, and before
+    assert np.abs(before[stop:] - after[stop:]).max() > 1e-6  # later containers read it
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_checkpoint_rebuilds_the_architecture(arch, tmp_path):
+    model = fresh(arch, 30)
+    save_model(tmp_path / "m.pt", model)
+    loaded, checkpoint = load_model(tmp_path / "m.pt")
+    assert checkpoint["arch"] == arch and type(loaded) is type(model)
+    assert loaded.config == model.config
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[name])
