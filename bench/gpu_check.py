@@ -6,9 +6,13 @@ Steps, each a process of its own (what a user runs):
      times both on the same batches), and the
      positions the CUDA batch plan computes per trained question (target at most 1.3);
   2. a short demo training on the device (03_train.py, 2 epochs of the small-data recipe;
-     1 with --quick): interactions/s and the inner-split AUC;
+     1 with --quick), every architecture family of the registry in one run (SAINT, the
+     LSTM, the Last Query Transformer RNN: --arch): each one's interactions/s and
+     inner-split AUC;
   3. streaming at d256 through 04_infer.py on the device, in groups like the real example
-     test (bench_stream.py).
+     test (bench_stream.py);
+  4. streaming that demo run's blend of every family and the trees through 04_infer.py
+     on the device: the Kaggle path's rows/s.
 Every step reads one demo of --users students, split as bench_stream.py splits its own
 (fold 0 trains on the first 97.5% of rows by virtual time and streams the rest).
 Targets on one H200-class GPU: training at least 1M interactions/s at the reference size
@@ -43,6 +47,7 @@ from bench.benchlib import (
     run,
     script,
 )
+from common.model.registry import ARCH_NAMES
 from common.tables import markdown_table
 from common.workspace import Workspace
 
@@ -82,16 +87,30 @@ def demo_epochs(args: argparse.Namespace) -> int:
 
 
 def demo_training(args: argparse.Namespace, data_out: Workspace, say: Report) -> dict:
-    """03_train.py for 2 epochs (1 with --quick) on the device: the last epoch's
-    interactions/s and AUC."""
+    """03_train.py for 2 epochs (1 with --quick) on the device, every family of the
+    registry in one run: each one's last epoch's interactions/s and AUC, by name."""
     out = link_data(args.work_dir / "demo_run", data_out)
     flags = ["--output-dir", out.path, "--run", BENCH_RUN]
     flags += ["--device", args.device, "--amp", args.amp]
     flags += [*SMALL_DATA_RECIPE, "--epochs", demo_epochs(args), "--no-progress"]  # the demo's
+    flags += ["--arch", ",".join(ARCH_NAMES)]
     run(script("03_train.py", *flags), say=say)
-    with open(bench_fold(out).history) as f:
-        last = list(csv.DictReader(f))[-1]
-    return {"rate": float(last["interactions_per_s"]), "auc": float(last["inner_auc"])}
+    found = {}
+    for i, arch in enumerate(ARCH_NAMES):
+        folder = bench_fold(out) if i == 0 else bench_fold(out).member(arch)
+        with open(folder.history) as f:
+            last = list(csv.DictReader(f))[-1]
+        found[arch] = {"rate": float(last["interactions_per_s"]), "auc": float(last["inner_auc"])}
+    return found
+
+
+def blend_stream(args: argparse.Namespace, say: Report) -> dict:
+    """04_infer.py on the demo run of every family (demo_training's), on the device: the
+    stacked blend of the families and the trees streamed (the Kaggle path's step)."""
+    out = Workspace(args.work_dir / "demo_run")
+    flags = ["--output-dir", out.path, "--run", BENCH_RUN, "--fold", 0, "--no-export"]
+    run(script("04_infer.py", *flags, "--device", args.device, "--no-progress"), say=say)
+    return json.loads(bench_fold(out).stream_summary.read_text())
 
 
 def stream_rate(args: argparse.Namespace, data_out: Workspace, say: Report) -> dict:
@@ -130,6 +149,7 @@ def main() -> int:
     eager, compiled, plan = train_rates(args, data_out, say)
     demo = demo_training(args, data_out, say)
     stream = stream_rate(args, data_out, say)
+    blend = blend_stream(args, say)
 
     def epoch_minutes(rate: float) -> str:
         return f"{RIIID_INTERACTIONS / rate / 60:.1f} min per Riiid epoch"
@@ -145,12 +165,15 @@ def main() -> int:
          "" if compiled is None else epoch_minutes(compiled)],
         ["03's CUDA batch plan", f"{plan:.3f} positions per trained question", "≤ 1.3",
          "context and padding included"],
-        [f"03 demo recipe, {epochs}", f"{demo['rate']:,.0f} interactions/s", "—",
-         f"inner AUC {demo['auc']:.4f}"],
+        *([f"03 demo recipe, {arch}, {epochs}", f"{demo[arch]['rate']:,.0f} interactions/s",
+           "—", f"inner AUC {demo[arch]['auc']:.4f}"] for arch in ARCH_NAMES),
         [f"04 streaming, {model}, groups of 18-33 rows", f"{stream['rows_per_s']:,.0f} rows/s",
          "≥ 10,000", f"{2_500_000 / stream['rows_per_s'] / 60:.0f} min for 2.5M rows; "
          f"{stream['cache_builds']:,} cache builds took {stream['build_seconds']:.1f} s "
          f"(without them {stream['rows_per_s_without_builds']:,.0f} rows/s)"],
+        ["04 streaming, the demo run's blend of every family and the trees",
+         f"{blend['rows_per_s']:,.0f} rows/s", "—",
+         f"AUC {blend['auc']:.4f} (the model alone {blend['model_auc']:.4f})"],
     ]  # fmt: skip
     say()
     say(markdown_table(["step", "measured", "target", "reading"], rows).rstrip("\n"))

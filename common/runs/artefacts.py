@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from common.model.checkpoint import CheckpointError, read_checkpoint
+from common.model.registry import ARCH_NAMES
 from common.model.trees.blend_bundle import BlendBundle, rewrite_in_run
 from common.model.trees.blending import InnerPredictions
 from common.workspace import ModelFolder, Run
@@ -64,3 +65,10 @@ def fold_bundles(run: Run) -> dict[int, BlendBundle]:
         folder = run.fold(k)
         bundles[k] = BlendBundle.load(folder, rewrite_in_run(folder))
     return bundles
+
+
+def member_names(folder: ModelFolder, checkpoint: str) -> list[str]:
+    """The other architectures a fold (or full/) folder holds beside its model (03 --arch
+    beyond the first: <folder>/<arch>/), those with the checkpoint `checkpoint`, in the
+    registry's order."""
+    return [a for a in ARCH_NAMES if folder.member(a).checkpoint(checkpoint).exists()]

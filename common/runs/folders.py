@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from common.errors import UserError
 from common.files import json_values
 from common.model.checkpoint import dict_differences
+from common.model.registry import ARCHITECTURES, DEFAULT_ARCH
 from common.model.saint import preset_name
 from common.workspace import ModelFolder, Run, Workspace
 
@@ -55,8 +56,17 @@ def check_run_name(name: str) -> str:
 
 
 def identity(train_config: dict) -> dict:
-    """The fields of a TrainConfig dict that define the experiment (not RUN_CONTROL)."""
-    return json_values({k: v for k, v in train_config.items() if k not in RUN_CONTROL})
+    """The fields of a TrainConfig dict that define the experiment (not RUN_CONTROL), less
+    the config sections of architectures it does not train (common.model.registry); a
+    run of SAINT alone leaves `arch` out, so that its identity (and default name) is the
+    one it had before runs could train several architectures."""
+    arch = tuple(train_config.get("arch") or (DEFAULT_ARCH,))
+    unused = {a.section for name, a in ARCHITECTURES.items() if name not in arch}
+    if arch == (DEFAULT_ARCH,):
+        unused.add("arch")
+    return json_values(
+        {k: v for k, v in train_config.items() if k not in RUN_CONTROL and k not in unused}
+    )
 
 
 def run_name(config: TrainConfig) -> str:
@@ -82,8 +92,9 @@ def recorded_config(folder: ModelFolder) -> dict | None:
 
 def claim_fold_dir(model: ModelFolder, config: TrainConfig, *, overwrite: bool) -> bool:
     """Check that training may write into `model`'s folder: empty, or holding this
-    config's run with --resume; --overwrite empties it first. Returns True when it
-    removed files."""
+    config's run with --resume (or a run of the same config training fewer architectures,
+    --arch's first ones: --resume keeps them and trains the others beside them);
+    --overwrite empties it first. Returns True when it removed files."""
     folder = model.path
     if not folder.exists() or not any(folder.iterdir()):
         return False
@@ -97,7 +108,15 @@ def claim_fold_dir(model: ModelFolder, config: TrainConfig, *, overwrite: bool) 
             f"{folder} is not empty ({held}, ...) and records no config: choose another "
             "--run NAME, or --overwrite to replace it"
         )
-    differences = dict_differences(identity(recorded), identity(asdict(config)))
+    # a field the recorded config predates reads as its default
+    recorded = asdict(type(config)()) | recorded
+    now = asdict(config)
+    trained = tuple(recorded["arch"])
+    if config.resume and now["arch"][: len(trained)] == trained:  # more architectures now:
+        added = now["arch"][len(trained) :]  # those trained are kept, these train beside
+        recorded |= {"arch": now["arch"]}
+        recorded |= {ARCHITECTURES[a].section: now[ARCHITECTURES[a].section] for a in added}
+    differences = dict_differences(identity(recorded), identity(now))
     if differences:
         raise RunClashError(
             f"{folder} holds a run of another config (recorded vs now: {differences}); "

@@ -27,7 +27,7 @@ from common.model.trees.blend_bundle import BlendBundle
 from common.model.trees.blending import Member, fold_blend_bundle
 from common.model.trees.boosting import TreesConfig
 from common.options import above, at_least, option, progress_option
-from common.runs.artefacts import inner_predictions
+from common.runs.artefacts import inner_predictions, member_names
 from common.runs.folders import commit
 from common.runs.provenance import epochs_trained
 from common.runs.table import append_run_row, config_columns
@@ -139,12 +139,12 @@ def stream_metrics(results: pd.DataFrame, parts: np.ndarray) -> pd.DataFrame:
     )
 
 
-def member_models(folder: ModelFolder, checkpoint: dict, name: str, device) -> dict:
+def member_models(folder: ModelFolder, name: str, device) -> dict:
     """The run's other architectures (03 --arch beyond the first, each in its folder
-    inside the fold's), by name: (model, checkpoint) of each one's `name` checkpoint."""
-    arch = (checkpoint.get("train_config") or {}).get("arch") or ()
+    inside the fold's: common.runs.artefacts.member_names), by name: (model, checkpoint)
+    of each one's `name` checkpoint."""
     others = {}
-    for other in list(arch)[1:]:
+    for other in member_names(folder, name):
         path = folder.member(other).checkpoint(name)
         model, other_checkpoint = load_model(path, device)
         other_checkpoint["path"] = str(path)
@@ -222,7 +222,7 @@ def run_emulated(run: Run, config: InferConfig) -> dict:
     check_fold_fingerprint(checkpoint.get("fold_fingerprint"), fold, checkpoint["path"])
     dataset = Dataset.of(run.workspace)
     data = load_fold_data(run.workspace, config.fold)
-    others = member_models(folder, checkpoint, config.checkpoint, device)
+    others = member_models(folder, config.checkpoint, device)
     for _, other in others.values():
         check_fold_fingerprint(other.get("fold_fingerprint"), fold, other["path"])
     state = fold_state(folder, config, model, checkpoint, dataset, data, others)

@@ -45,6 +45,7 @@ from common.model.checkpoint import load_model, save_inference_checkpoint
 from common.model.interface import KTModel
 from common.model.trees.blend_bundle import BlendBundle, rewrite_in_run
 from common.options import option
+from common.runs.artefacts import member_names
 from common.stream.kaggle_notebook import COMPETITION
 from common.stream.online import model_snapshot
 from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
@@ -329,9 +330,8 @@ def copy_blend_bundle(source: ModelFolder, dest: ModelFolder) -> bool:
 def write_members(workspace: Workspace, bundle: Bundle, source: ModelFolder, checkpoint: str):
     """The run's other architectures beside the model (03 --arch: <model>/<arch>/, where
     the source holds `checkpoint` for them): each one's checkpoint and start state."""
-    arch = json.loads(source.config.read_text()).get("arch") if source.config.exists() else None
     dataset = Dataset.of(workspace)
-    for other in list(arch or ())[1:]:
+    for other in member_names(source, checkpoint):
         model = bundle.model(source.name).member(other)
         save_inference_checkpoint(source.member(other).checkpoint(checkpoint), model.checkpoint())
         net = load_model(model.checkpoint())[0]
