@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
+import threading
 import types
 import typing
 from argparse import SUPPRESS
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from common import recipe
 from common.errors import UserError
-from common.files import no_new_empty_folders
+from common.files import no_new_empty_folders, os_error_line
 from common.options import Range, check_range
 
 
@@ -489,22 +491,44 @@ def path_flags(
 
 
 INTERRUPTED = 130  # a shell's status for a process stopped by Ctrl-C (128 + SIGINT)
+TERMINATED = 128 + signal.SIGTERM  # ... and by SIGTERM (kill, a scheduler, torchrun)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the script is, so that its writers clean up as on Ctrl-C."""
+
+    @classmethod
+    def handler(cls, signum: int, frame: object) -> None:
+        raise cls
 
 
 def guarded(
     body: Callable[[], int | None], interrupted: str = "", output_dir: Path | None = None
 ) -> int:
-    """Run a script's body; a failure the user can fix prints `error: ...` and returns 2;
-    Ctrl-C prints one line, `interrupted: ` and what was kept and how to go on (every file
-    is written whole: a temp file, then a rename), and returns 130. Whatever ends the body
-    early, the empty folders it made under `output_dir` are removed (no_new_empty_folders)."""
+    """Run a script's body; a failure the user can fix (an OSError such as a full disk:
+    its path and what to do) prints `error: ...` and returns 2; Ctrl-C (SIGTERM) prints
+    `interrupted: ` (`terminated: `) and what was kept and how to go on (each file is
+    whole: a temp file, then a rename), and returns 130 (143). Whatever ends the body
+    early, the empty folders it made under `output_dir` are removed."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, Terminated.handler) if main else None
+    kept = interrupted or "every file written so far is whole; run the command again"
     try:
         with no_new_empty_folders(output_dir) if output_dir else contextlib.nullcontext():
             return body() or 0
-    except (UserError, FileNotFoundError, FileExistsError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (UserError, OSError) as error:
+        plain = isinstance(error, UserError | FileNotFoundError | FileExistsError)
+        line = str(error) if plain else os_error_line(error)
+        if line is None:  # not the user's to fix
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        kept = interrupted or "every file written so far is whole; run the command again"
         print(f"\ninterrupted: {kept}", file=sys.stderr)
         return INTERRUPTED
+    except Terminated:
+        print(f"\nterminated: {kept}", file=sys.stderr)
+        return TERMINATED
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from common.data.schema import QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES, InputError
+from common.errors import UserError
 from common.inputs.kt_datasets import (
     INT16_MAX,
     MULTI_SKILL_MODES,
@@ -373,17 +374,24 @@ def test_too_many_questions_or_responses_per_student_raise(tmp_path: Path):
     assert caught.value.line == 4
 
 
-def test_refuses_to_replace_a_directory_that_is_not_a_conversion(tmp_path: Path, akt_files):
-    other = tmp_path / "other"
+def test_a_conversion_replaces_only_its_own_files(tmp_path: Path, akt_files):
+    other = tmp_path / "other"  # a train.csv no conversion wrote: refused, untouched
     other.mkdir()
-    (other / "keep.txt").write_text("not ours")
-    with pytest.raises(FileExistsError):
+    (other / "train.csv").write_text("the user's own")
+    with pytest.raises(UserError, match=r"holds train\.csv but no conversion\.json"):
         convert_dataset(ConversionConfig("toy", "4line", akt_files), other)
-    assert (other / "keep.txt").exists()
+    assert [p.name for p in other.iterdir()] == ["train.csv"]
+    assert (other / "train.csv").read_text() == "the user's own"
     again = tmp_path / "again"
-    convert_dataset(ConversionConfig("toy", "4line", akt_files), again)
+    convert_dataset(ConversionConfig("toy", "4line", akt_files, input_folds=[0, 1]), again)
+    (again / "notes.txt").write_text("mine")  # the user's, and 01's output beside
+    (again / "data" / "arrays").mkdir(parents=True)
+    (again / "data" / "arrays" / "user_id.bin").write_bytes(b"01")
     convert_dataset(ConversionConfig("toy", "4line", akt_files[:1]), again)  # replaces itself
     assert pd.read_csv(again / "user_map.csv")["user_id"].tolist() == [1, 2]
+    assert sorted(p.name for p in again.iterdir()) == sorted([*OUTPUT_FILES, "data", "notes.txt"])
+    assert (again / "notes.txt").read_text() == "mine"  # user_folds.csv was the conversion's
+    assert (again / "data" / "arrays" / "user_id.bin").read_bytes() == b"01"
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from common.data.api_file import check_api_file
 from common.data.dataset import Dataset
 from common.data.fold_data import fold_count
 from common.errors import UserError
+from common.files import check_writable
 from common.model.blending import full_blend_bundle
 from common.runs.artefacts import fold_weights
 from common.runs.folders import choose_run
@@ -132,6 +133,7 @@ def export(config: InferConfig, run: Run) -> None:
     kaggle = config.kaggle
     folder = KaggleFolder(kaggle.kaggle_dir) if kaggle.kaggle_dir else run.kaggle
     ids = kaggle.ids()
+    check_writable(folder.path)  # before every student's state is built
     dataset, kernel = export_kaggle(run.workspace, source, config.checkpoint, folder, ids)
     if config.test_csv is not None:
         submission = try_notebook(folder, config.test_csv, ids.slug)
