@@ -265,21 +265,66 @@ def _folders(root: Path) -> set[Path]:
     return found
 
 
+class LockHeld(UserError):
+    """Another process holds the lock (file_lock with a holder file)."""
+
+
 @contextlib.contextmanager
-def file_lock(path: str | os.PathLike) -> Iterator[None]:
+def file_lock(path: str | os.PathLike, holder: Path | None = None) -> Iterator[None]:
     """An exclusive flock on `path` while the block runs: processes that share a file (the
     runs table, a report folder) take turns. `path` is a file (made if missing) or an
-    existing folder (locked in place: nothing is left beside the outputs)."""
+    existing folder (locked in place: nothing is left beside the outputs).
+
+    holder: a file naming the process that holds the lock (pid, command), removed when it
+    ends. With it a second process does not wait its turn: it is refused at once
+    (LockHeld, naming the holder). A holder killed leaves its file but not its lock (the
+    kernel releases it): the next process takes the lock over and says so."""
     path = Path(path)
     if not path.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDONLY if path.is_dir() else os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        if holder is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+            return
+        _take(fd, path, holder)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                holder.unlink()
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _take(fd: int, path: Path, holder: Path) -> None:
+    """file_lock's lock without waiting, the holder file written (a dead holder's noted)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise LockHeld(
+            f"{path} is in use by {_holder_text(holder)}: one process writes it at a time; "
+            "wait for that one to end, or stop it"
+        ) from None
+    if holder.exists():
+        print(
+            f"note: took over the lock of {path} from {_holder_text(holder)}, which is "
+            "no longer running",
+            file=sys.stderr,
+        )
+    command = " ".join([Path(sys.executable).name, *sys.argv])
+    write_json(holder, {"pid": os.getpid(), "command": command, "since": _now()})
+
+
+def _holder_text(holder: Path) -> str:
+    """'pid N (command), since T' from a holder file; what is known where it is unread."""
+    try:
+        found = json.loads(holder.read_text())
+        return f"pid {found['pid']} ({found['command']}), since {found['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"another process (its record {holder} is not written yet, or unreadable)"
 
 
 def _now() -> str:

@@ -120,6 +120,7 @@ class ModelFolder:
     BLEND = "blend.json"
     BLEND_FILES = (TREES, TREE_INPUTS, BLEND)  # what the export copies beside the model
     STREAM_PREDICTIONS = "stream_predictions.parquet"
+    LOCK = ".lock"  # the process writing the folder (common.runs.folders.fold_lock)
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -151,6 +152,11 @@ class ModelFolder:
     def record(self, stage: str) -> Path:
         """{stage}_run.json: argv, resolved config, versions, start time."""
         return record_file(self.path, stage)
+
+    @property
+    def lock(self) -> Path:
+        """Names the process that writes the folder while it does (pid, command)."""
+        return self.path / self.LOCK
 
     @property
     def history(self) -> Path:

@@ -20,6 +20,7 @@ import torch
 from common.errors import UserError
 from common.files import WriteError, atomic_dir, atomic_file
 from common.model.checkpoint import save_checkpoint
+from common.runs.folders import fold_lock
 from common.workspace import DataFolder, Workspace
 from tests.helpers import REPO, make_tiny_demo, run_numbered_script
 
@@ -172,6 +173,46 @@ def test_a_stopped_stage_says_so_in_one_line_and_leaves_no_temp(tmp_path, signum
 
 
 # ---------------------------------------------------------------------------------------
+# one writer per run and fold
+
+HOLDER = """
+import sys
+from common.files import file_lock
+from common.workspace import Workspace
+
+folder = Workspace(sys.argv[1]).run("r").fold(0)
+folder.path.mkdir(parents=True)
+with file_lock(folder.path, holder=folder.lock):  # as common.runs.folders.fold_lock
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_one_process_writes_a_runs_fold_at_a_time(tmp_path, capsys):
+    out = make_tiny_demo(tmp_path, users=40)
+    folder = Workspace(out).run("r").fold(0)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out)],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        for script, flags in (("03_train.py", TINY), ("04_infer.py", ("--no-progress",))):
+            message = refused(script, "--output-dir", out, "--run", "r", *flags)
+            assert message.startswith(f"error: {folder.path} is in use by pid {holder.pid} (")
+            assert " -c " in message and "wait for that one to end, or stop it" in message
+        assert everything(folder.path) == [folder.LOCK]  # the holder's: untouched
+    finally:
+        holder.kill()  # SIGKILL: the kernel releases its lock, its record stays
+        holder.wait()
+    with fold_lock(folder):
+        pass
+    note = capsys.readouterr().err
+    assert f"took over the lock of {folder.path} from pid {holder.pid} (" in note
+    assert "which is no longer running" in note and not folder.lock.exists()
+
+
+# ---------------------------------------------------------------------------------------
 # the operating system's write errors
 
 
@@ -228,6 +269,9 @@ def test_a_read_only_folder_is_refused_before_the_work(tmp_path, tmpfs):
     message = refused("01_preprocess.py", "--input-dir", tmp_path / "demo" / "input",
                       "--output-dir", disk / "out", "--no-progress")  # fmt: skip
     assert message == f"error: cannot write {disk / 'out'}: {read_only}"
+    # 04: before the checkpoint is read, the trees fitted or a fold streamed
+    message = refused("04_infer.py", "--output-dir", disk / "out", "--run", "r")
+    assert message == f"error: cannot write {model.path}: {read_only}"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through a folder's permissions")

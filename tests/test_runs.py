@@ -172,8 +172,7 @@ def test_a_fold_folder_is_claimed_only_by_its_own_config(tmp_path):
     with pytest.raises(RunClashError, match=r"another config \(recorded vs now: lr: 0\.001 vs"):
         claim_fold_dir(folder, other, overwrite=False)
     assert folder.epoch_checkpoint(1).read_bytes() == b"weights"  # refused: nothing touched
-    assert claim_fold_dir(folder, other, overwrite=True) and not folder.path.exists()
-    folder.path.mkdir(parents=True)
+    assert claim_fold_dir(folder, other, overwrite=True) and not any(folder.path.iterdir())
     folder.file("notes.txt").write_text("?")
     with pytest.raises(RunClashError, match="records no config"):
         claim_fold_dir(folder, replace(config, resume=True), overwrite=False)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.errors import UserError
-from common.files import json_values
+from common.files import check_writable, file_lock, json_values
 from common.model.checkpoint import dict_differences
 from common.model.saint import preset_name
 from common.workspace import ModelFolder, Run, Workspace
@@ -67,6 +67,14 @@ def run_name(config: TrainConfig) -> str:
     return f"{preset_name(config.model.decoder_features)}-d{config.model.d_model}-{digest}"
 
 
+def fold_lock(folder: ModelFolder):
+    """One writer per run and fold (03 training it, 04 streaming it): the folder (made, and
+    checked writable, first) locked while the block runs, its holder named in
+    `folder.lock`; a second process is refused naming the first (common.files.file_lock)."""
+    check_writable(folder.path)
+    return file_lock(folder.path, holder=folder.lock)
+
+
 def recorded_config(folder: ModelFolder) -> dict | None:
     """The TrainConfig dict a fold folder's run recorded (config.json, or train_run.json
     when the first epoch never finished); None when neither exists."""
@@ -83,14 +91,19 @@ def recorded_config(folder: ModelFolder) -> dict | None:
 def claim_fold_dir(model: ModelFolder, config: TrainConfig, *, overwrite: bool) -> bool:
     """Check that training may write into `model`'s folder: empty, or holding this
     config's run with --resume; --overwrite empties it first. Returns True when it
-    removed files."""
+    removed files. Its lock (fold_lock) is not one of its files."""
     folder = model.path
-    if not folder.exists() or not any(folder.iterdir()):
+    files = sorted(p for p in folder.iterdir() if p.name != model.LOCK) if folder.exists() else []
+    if not files:
         return False
-    if overwrite:
-        shutil.rmtree(folder)
+    if overwrite:  # emptied in place: the folder is what fold_lock holds
+        for path in files:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
         return True
-    held = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
+    held = ", ".join(p.name for p in files[:4])
     recorded = recorded_config(model)
     if recorded is None:
         raise RunClashError(
