@@ -77,21 +77,48 @@ def fold_lock(folder: ModelFolder):
 
 def recorded_config(folder: ModelFolder) -> dict | None:
     """The TrainConfig dict a fold folder's run recorded (config.json, or train_run.json
-    when the first epoch never finished); None when neither exists."""
-    if folder.config.exists():
-        values = json.loads(folder.config.read_text())
-        return {k: v for k, v in values.items() if k != "recorded"}
-    record = folder.record("train")
-    if record.exists():
-        values = json.loads(record.read_text()).get("config", {})
-        return {k: v for k, v in values.items() if k != "model_config"}
+    when the first epoch never finished); None when neither exists. A damaged file is
+    refused, named."""
+    for path, key in ((folder.config, None), (folder.record("train"), "config")):
+        if not path.exists():
+            continue
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+            values = values if key is None else values.get(key, {})
+            if not isinstance(values, dict):
+                raise ValueError("not a JSON object of a config's fields")
+        except (ValueError, AttributeError) as error:  # UnicodeDecodeError is a ValueError
+            raise RunClashError(
+                f"{path} is damaged ({type(error).__name__}: {str(error)[:80]}): remove it "
+                "(03 --resume writes it again), or --overwrite to start the fold again"
+            ) from None
+        return {k: v for k, v in values.items() if k not in ("recorded", "model_config")}
     return None
+
+
+def _check_history(model: ModelFolder) -> None:
+    """A resume rewrites history.csv from the checkpoint; a damaged one is named first."""
+    try:
+        with open(model.history, encoding="utf-8") as handle:
+            header = handle.readline()
+            handle.read()
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        header = f"unreadable ({type(error).__name__})"
+    if not header.startswith("epoch,"):
+        raise RunClashError(
+            f"{model.history} is damaged (its first line: {header.strip()[:40]!r}, not "
+            "history.csv's header): remove it (03 --resume writes it again from the latest "
+            "epoch checkpoint), or --overwrite to start the fold again"
+        )
 
 
 def claim_fold_dir(model: ModelFolder, config: TrainConfig, *, overwrite: bool) -> bool:
     """Check that training may write into `model`'s folder: empty, or holding this
-    config's run with --resume; --overwrite empties it first. Returns True when it
-    removed files. Its lock (fold_lock) is not one of its files."""
+    config's run with --resume (from an epoch checkpoint, its files readable); --overwrite
+    empties it first. Returns True when it removed files. Its lock (fold_lock) is not
+    one of its files."""
     folder = model.path
     files = sorted(p for p in folder.iterdir() if p.name != model.LOCK) if folder.exists() else []
     if not files:
@@ -121,6 +148,14 @@ def claim_fold_dir(model: ModelFolder, config: TrainConfig, *, overwrite: bool) 
             f"{folder} already holds this config's run ({held}, ...): --resume continues "
             "it, --overwrite starts it again"
         )
+    finished = [p.name for p in (model.checkpoint(), model.history) if p.exists()]
+    if finished and model.latest_epoch_checkpoint() is None:
+        raise RunClashError(
+            f"{folder} holds {' and '.join(finished)} but no epoch_NN.pt to resume from: "
+            "--resume would train again from epoch 1 and replace them; --overwrite starts "
+            "the fold again"
+        )
+    _check_history(model)
     return False
 
 
