@@ -91,7 +91,7 @@ def test_a_written_config_reads_back_the_same(tmp_path):
         ({"epochs": 2.5}, "epochs: 2.5, but the field takes a int"),
         ({"tags": "yes"}, "tags: 'yes', but the field takes a bool"),
         ({"model": {"attention": "dense"}}, "model.attention: 'dense' is not one of mha, mla"),
-        ({"model": 3}, "model must be a mapping"),
+        ({"model": 3}, "model = 3: model is not one value but the nested config ModelConfig"),
         ([1, 2], "holds a mapping"),
     ],
 )

@@ -54,7 +54,13 @@ class TrainConfig:
     )
     weight_decay: float = option(0.01, "AdamW weight decay", range=at_least(0))
     grad_clip: float = option(1.0, "gradient norm clip", range=above(0))
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(
+        default_factory=ModelConfig,
+        metadata={
+            "help": "a preset's name goes to 03's --model (saint, saint+), or to the model's "
+            'decoder_features (saint: [], saint+: ["elapsed", "lag"])'
+        },
+    )
     tags: bool = option(
         False, "add the mean embedding of each question's tags (skills) to the encoder input"
     )
