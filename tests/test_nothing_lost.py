@@ -154,6 +154,14 @@ sys.exit(cli.guarded(body, "nothing was written", Path(sys.argv[1])))
 """
 
 
+def signals_as_in_a_shell() -> None:
+    """A child's signals as a terminal's shell leaves them: a runner that starts the suite
+    in the background ignores SIGINT (and a test worker may block signals), and a child
+    inherits both."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("signum", "status", "word"),
     [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")],
@@ -162,12 +170,16 @@ sys.exit(cli.guarded(body, "nothing was written", Path(sys.argv[1])))
 def test_a_stopped_stage_says_so_in_one_line_and_leaves_no_temp(tmp_path, signum, status, word):
     out = tmp_path / "out"
     stage = subprocess.Popen(
-        [sys.executable, "-c", STOPPED, str(out)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", STOPPED, str(out)], cwd=REPO, preexec_fn=signals_as_in_a_shell,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert stage.stdout.readline() == "writing\n", stage.communicate()
     stage.send_signal(signum)
-    _, stderr = stage.communicate(timeout=60)
+    try:
+        _, stderr = stage.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        stage.kill()
+        raise AssertionError(f"no stop on {signum!r}: {stage.communicate()}") from None
     assert stage.returncode == status and stderr.strip() == f"{word}: nothing was written"
     assert everything(tmp_path) == []  # no temp file or folder, no empty output folder
 
