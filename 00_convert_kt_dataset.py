@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from common import cli
+from common.files import check_writable
 from common.inputs.kt_datasets import (
     MULTI_SKILL_MODES,
     PRESETS,
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def convert(config: ConversionConfig, output_dir: Path) -> None:
     start = time.perf_counter()
+    check_writable(output_dir)  # before the files are read
     record = convert_dataset(config, output_dir)
     seconds = time.perf_counter() - start
 

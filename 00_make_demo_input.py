@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from common import cli
-from common.files import write_run_record
+from common.files import check_writable, write_run_record
 from common.inputs.demo import DemoConfig, check_demo_target, make_demo
 from common.workspace import record_file
 
@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_demo(config: DemoConfig, output_dir: Path) -> None:
+    check_writable(output_dir)  # a file there, a read-only folder: before the simulation
     check_demo_target(output_dir)
     demo = make_demo(config, output_dir)
     write_run_record(record_file(output_dir, "demo"), dataclasses.asdict(config))

@@ -6,6 +6,7 @@ import sys
 
 from common import cli
 from common.data.preprocess import PreprocessConfig, preprocess
+from common.files import check_writable
 from common.workspace import Workspace
 
 
@@ -16,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> None:
         workspace = Workspace(config.output_dir)
+        check_writable(workspace.path)  # before train.csv is read
         print(preprocess(config, workspace).report())
         print(f"wrote {workspace.data.path}")
 

@@ -6,6 +6,7 @@ import sys
 
 from common import cli
 from common.data.folds import FoldConfig, make_folds
+from common.files import check_writable
 from common.workspace import Workspace
 
 
@@ -17,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> None:
         workspace = Workspace(args.output_dir)
+        check_writable(workspace.path)
         report(make_folds(workspace, config, args.input_dir), config)
         print(f"wrote {workspace.folds.path}")
 

@@ -40,7 +40,13 @@ def parse_args(argv: list[str] | None):
     add_train_flags(parser)
     cli.fold_list_flag(parser)
     note = " (a run's fold{k}/config.json trains that configuration again)"
-    return cli.parse_config(parser, TrainConfig, argv, note, stage="train")
+    config, args = cli.parse_config(parser, TrainConfig, argv, note, stage="train")
+    if config.full_data and cli.flag_values(argv, "--fold"):  # a recipe's fold is its CV's
+        parser.error(
+            "--full-data trains every student into the run's full/ (no fold): drop --fold, "
+            "or drop --full-data to train a fold"
+        )
+    return config, args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import sys
 
 from common import cli
 from common.errors import UserError
+from common.files import check_writable
 from common.report.evaluate import EvaluateConfig, Evaluation, evaluate
 from common.runs.folders import choose_run
 from common.runs.table import latest_run, runs_text
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             print(runs_text(workspace))
             return
         run = choose_run(workspace, args.run, latest_run(workspace, "stream"))
+        check_writable(run.path)  # before the folds are scored
         report(evaluate(run, args.input_dir, config))
 
     return cli.guarded(

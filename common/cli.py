@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
+import threading
 import types
 import typing
 from argparse import SUPPRESS
@@ -35,7 +37,7 @@ from pathlib import Path
 
 from common import recipe
 from common.errors import UserError
-from common.files import no_new_empty_folders
+from common.files import no_new_empty_folders, os_error_line
 from common.options import Range, check_range
 
 
@@ -259,7 +261,13 @@ def _file_fields(
             raise ValueError(f"{where}: {prefix}{key} is filled from the data, not set")
         if is_dataclass(annotation):
             if not isinstance(value, dict):
-                raise ValueError(f"{where}: {prefix}{key} must be a mapping of its fields")
+                table = where.rpartition("[")[2].rstrip("]") if where.endswith("]") else "<table>"
+                hint = f"; {f.metadata['help']}" if "help" in f.metadata else ""
+                raise ValueError(
+                    f"{where}: {prefix}{key} = {value!r}: {prefix}{key} is not one value but "
+                    f"the nested config {annotation.__name__}, a table of its fields ([{table}."
+                    f"{prefix}{key}] in a recipe, a mapping in JSON or YAML){hint}"
+                )
             found |= _file_fields(annotation, value, where, f"{prefix}{key}.", recorded)
         else:
             found[f"{prefix}{key}"] = _file_value(f"{where}: {prefix}{key}", value, f, annotation)
@@ -270,7 +278,7 @@ def read_config_file(path: str | Path, cls: type) -> dict[str, object]:
     """The fields a JSON or YAML config file sets for `cls` (dotted path -> value); its
     "recorded" section (what a run wrote beside its config) is ignored."""
     path = Path(path)
-    text = path.read_text()
+    text = recipe.read_text(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
@@ -284,7 +292,7 @@ def read_config_file(path: str | Path, cls: type) -> dict[str, object]:
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: not valid JSON ({error})") from None
     else:
-        raise ValueError(f"{path}: a config file is .json, .yaml or .yml")
+        raise ValueError(f"{path}: a config file is a recipe (.toml), or .json, .yaml or .yml")
     if not isinstance(values, dict):
         raise ValueError(f"{path}: a config file holds a mapping of field names to values")
     values = {k: v for k, v in values.items() if k != "recorded"}
@@ -365,18 +373,19 @@ def config_flag(
         metavar="FILE",
         help=f"{' or '.join(forms)}; flags override it (default: none)",
     )
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--config", type=Path)
-    given, _ = early.parse_known_args(argv)
-    if given.config is None:
+    files = flag_values(argv, "--config")
+    if not files:
         return
+    if len(files) > 1:  # argparse would read the last one only
+        parser.error(f"--config given {len(files)} times ({', '.join(files)}): give one file")
+    config = Path(files[0])
     try:
-        if recipe.is_recipe(given.config) and stage is not None:
-            values = _recipe_values(given.config, stage, parser, cls)
+        if recipe.is_recipe(config) and stage is not None:
+            values = _recipe_values(config, stage, parser, cls)
         elif cls is not None:
-            values = read_config_file(given.config, cls)
+            values = read_config_file(config, cls)
         else:
-            raise ValueError(f"{given.config}: this script reads a recipe (.toml)")
+            raise ValueError(f"{config}: this script reads a recipe (.toml)")
     except OSError as error:
         parser.error(f"--config: {error}")
     except ValueError as error:
@@ -385,6 +394,15 @@ def config_flag(
         if action.dest in values:
             action.required = False
     parser.set_defaults(**values)
+
+
+def flag_values(argv: list[str] | None, flag: str) -> list[str]:
+    """Each value `flag` is given on the command line `argv` (None: sys.argv), read as
+    argparse reads it (`--flag=V`, an abbreviation): whether a flag was given, not set by
+    a --config file."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument(flag, dest="values", action="append", default=[])
+    return early.parse_known_args(argv)[0].values
 
 
 def parse_config(
@@ -493,22 +511,44 @@ def path_flags(
 
 
 INTERRUPTED = 130  # a shell's status for a process stopped by Ctrl-C (128 + SIGINT)
+TERMINATED = 128 + signal.SIGTERM  # ... and by SIGTERM (kill, a scheduler, torchrun)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the script is, so that its writers clean up as on Ctrl-C."""
+
+    @classmethod
+    def handler(cls, signum: int, frame: object) -> None:
+        raise cls
 
 
 def guarded(
     body: Callable[[], int | None], interrupted: str = "", output_dir: Path | None = None
 ) -> int:
-    """Run a script's body; a failure the user can fix prints `error: ...` and returns 2;
-    Ctrl-C prints one line, `interrupted: ` and what was kept and how to go on (every file
-    is written whole: a temp file, then a rename), and returns 130. Whatever ends the body
-    early, the empty folders it made under `output_dir` are removed (no_new_empty_folders)."""
+    """Run a script's body; a failure the user can fix (an OSError such as a full disk:
+    its path and what to do) prints `error: ...` and returns 2; Ctrl-C (SIGTERM) prints
+    `interrupted: ` (`terminated: `) and what was kept and how to go on (each file is
+    whole: a temp file, then a rename), and returns 130 (143). Whatever ends the body
+    early, the empty folders it made under `output_dir` are removed."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, Terminated.handler) if main else None
+    kept = interrupted or "every file written so far is whole; run the command again"
     try:
         with no_new_empty_folders(output_dir) if output_dir else contextlib.nullcontext():
             return body() or 0
-    except (UserError, FileNotFoundError, FileExistsError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (UserError, OSError) as error:
+        plain = isinstance(error, UserError | FileNotFoundError | FileExistsError)
+        line = str(error) if plain else os_error_line(error)
+        if line is None:  # not the user's to fix
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        kept = interrupted or "every file written so far is whole; run the command again"
         print(f"\ninterrupted: {kept}", file=sys.stderr)
         return INTERRUPTED
+    except Terminated:
+        print(f"\nterminated: {kept}", file=sys.stderr)
+        return TERMINATED
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)

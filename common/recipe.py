@@ -44,13 +44,31 @@ def is_recipe(path: str | Path) -> bool:
     return Path(path).suffix.lower() == RECIPE_SUFFIX
 
 
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: accepted, as 01 accepts it in train.csv
+
+
+def read_text(path: str | Path) -> str:
+    """A config file's text, decoded as 01 decodes its CSV files: UTF-8, a byte-order mark
+    dropped; another encoding is refused (ValueError) naming the file, the line and the
+    byte."""
+    raw = Path(path).read_bytes().removeprefix(BOM)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}, line {line}: byte {raw[error.start]:#04x} is not UTF-8 (Latin-1 or "
+            "Windows-1252?): save the file as UTF-8"
+        ) from None
+
+
 def read_tables(path: str | Path) -> dict[str, dict]:
     """Every table of the recipe at `path` (stage -> its mapping); a key outside a table
     and a table no script reads are refused (ValueError naming the file)."""
     if tomllib is None:
         raise ValueError(f"{path}: a recipe (.toml) needs Python 3.11, or `pip install tomli`")
     try:
-        tables = tomllib.loads(Path(path).read_text())
+        tables = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: not valid TOML ({error})") from None
     known = ", ".join(f"[{stage}]" for stage in STAGES)

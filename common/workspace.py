@@ -36,6 +36,11 @@ class DataFolder:
     """data/: what stage 1 wrote."""
 
     NAME = "data"
+    # what stage 1 writes here (fnmatch patterns): it replaces these, and keeps the rest
+    WRITES = (
+        "arrays", "train.parquet", "questions.parquet", "lectures.parquet",
+        "fingerprint.json", "preprocess_summary.json", "*_run.json",
+    )  # fmt: skip
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -81,6 +86,7 @@ class FoldsFolder:
     """folds/: what stage 2 wrote."""
 
     NAME = "folds"
+    WRITES = ("fold[0-9]*.npz", "folds.json", "row_folds.csv")  # as DataFolder.WRITES
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -114,6 +120,7 @@ class ModelFolder:
     BLEND = "blend.json"
     BLEND_FILES = (TREES, TREE_INPUTS, BLEND)  # what the export copies beside the model
     STREAM_PREDICTIONS = "stream_predictions.parquet"
+    LOCK = ".lock"  # the process writing the folder (common.runs.folders.fold_lock)
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -151,6 +158,11 @@ class ModelFolder:
     def record(self, stage: str) -> Path:
         """{stage}_run.json: argv, resolved config, versions, start time."""
         return record_file(self.path, stage)
+
+    @property
+    def lock(self) -> Path:
+        """Names the process that writes the folder while it does (pid, command)."""
+        return self.path / self.LOCK
 
     @property
     def history(self) -> Path:
@@ -215,6 +227,7 @@ class ReportFolder:
         "training_curves": "training_curves.png",
         "tree_importance": "tree_importance.png",
     }
+    WRITES = (*FIGURES.values(), "metrics.*", "slices.*", "summary.json", "*_run.json")
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -246,6 +259,7 @@ class Bundle:
     CODE = "code"
     STATE = "state"
     METADATA = "dataset-metadata.json"
+    WRITES = (CODE, STATE, METADATA, "fold[0-9]*", "full")  # as DataFolder.WRITES
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -296,6 +310,7 @@ class KaggleFolder:
 
     NOTEBOOK = "submission.ipynb"
     KERNEL_METADATA = "kernel-metadata.json"
+    KERNEL_WRITES = (NOTEBOOK, KERNEL_METADATA)  # what 04 writes in kernel/
 
     def __init__(self, path: str | Path):
         self.path = Path(path)

@@ -291,6 +291,10 @@ def test_a_damaged_truth_file_is_refused_naming_it(streamed, tmp_path, text, wor
         (b"garbage", "line 3: wall_s '12.5garbage' is not a number"),  # after the last line
         (b"\nx,y,z\n", "line 4: 3 fields, the header has 24"),
         (b"\n" + b"," * 23, "line 4: finished '' is not a clock time"),
+        (  # a number outside its range: an AUC of 7.5 would be listed first
+            b"\n2024-01-01T00:00:00+0000,c,evaluate,0" + b"," * 14 + b"7.5" + b"," * 6,
+            "line 4: stream_auc 7.5 is outside [0, 1]",
+        ),
     ],
 )
 def test_runs_table_with_bytes_appended_is_refused(tmp_path, appended, words):

@@ -128,3 +128,13 @@ def test_the_converter_refuses_a_folder_given_as_an_input_file(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"{tmp_path / 'a_folder'} is a folder; expected a file" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_00_onto_a_file_is_refused_before_it_simulates(tmp_path):
+    target = tmp_path / "input"
+    target.write_text("not a folder")
+    message = refused("00_make_demo_input.py", "--output-dir", target)  # was "[Errno 17]"
+    assert (
+        message == f"error: {target} is a file where the pipeline keeps a folder: move or delete it"
+    )
+    assert everything(tmp_path) == ["input"]

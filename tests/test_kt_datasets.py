@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from common.data.schema import QUESTIONS_DTYPES, TRAIN_COLUMNS, TRAIN_DTYPES, InputError
+from common.errors import UserError
 from common.inputs.kt_datasets import (
     INT16_MAX,
     MULTI_SKILL_MODES,
@@ -27,6 +28,7 @@ from common.inputs.kt_datasets import (
 )
 from common.inputs.kt_outputs import OUTPUT_FILES
 from common.inputs.kt_readers import LineInputError
+from tests.helpers import run_numbered_script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -306,7 +308,8 @@ MALFORMED_PYKT = [
     (HEADER + '0,1,"1,-1","1,0"\n', 2, "concepts", "non-negative"),
     (HEADER + "0,1,1,1\n0,1,2,0\n", 3, "uid", "each raw_student_id once"),
     (HEADER + "0,u1,1,1\n", 2, "uid", "found 'u1'; expected one non-negative integer"),
-    (HEADER + "x,1,1,1\n", 2, "fold", "one integer"),
+    (HEADER + "x,1,1,1\n", 2, "fold", "one of pyKT's folds: 0-4, or -1"),
+    (HEADER + "99,1,1,1\n", 2, "fold", "found '99'; expected one of pyKT's folds: 0-4, or -1"),
     (HEADER + "0,1,1,1\n0,2,1\n", 3, "row", "4 fields, one per header column"),
     (HEADER + '0,1,"1"x,1\n', 2, "row", "CSV fields"),
     (HEADER + "0,1,1,1\n\n", 3, "row", "found '0 fields'"),  # a blank line
@@ -373,17 +376,46 @@ def test_too_many_questions_or_responses_per_student_raise(tmp_path: Path):
     assert caught.value.line == 4
 
 
-def test_refuses_to_replace_a_directory_that_is_not_a_conversion(tmp_path: Path, akt_files):
-    other = tmp_path / "other"
+def test_a_conversion_replaces_only_its_own_files(tmp_path: Path, akt_files):
+    other = tmp_path / "other"  # a train.csv no conversion wrote: refused, untouched
     other.mkdir()
-    (other / "keep.txt").write_text("not ours")
-    with pytest.raises(FileExistsError):
+    (other / "train.csv").write_text("the user's own")
+    with pytest.raises(UserError, match=r"holds train\.csv but no conversion\.json"):
         convert_dataset(ConversionConfig("toy", "4line", akt_files), other)
-    assert (other / "keep.txt").exists()
+    assert [p.name for p in other.iterdir()] == ["train.csv"]
+    assert (other / "train.csv").read_text() == "the user's own"
     again = tmp_path / "again"
-    convert_dataset(ConversionConfig("toy", "4line", akt_files), again)
+    convert_dataset(ConversionConfig("toy", "4line", akt_files, input_folds=[0, 1]), again)
+    (again / "notes.txt").write_text("mine")  # the user's, and 01's output beside
+    (again / "data" / "arrays").mkdir(parents=True)
+    (again / "data" / "arrays" / "user_id.bin").write_bytes(b"01")
     convert_dataset(ConversionConfig("toy", "4line", akt_files[:1]), again)  # replaces itself
     assert pd.read_csv(again / "user_map.csv")["user_id"].tolist() == [1, 2]
+    assert sorted(p.name for p in again.iterdir()) == sorted([*OUTPUT_FILES, "data", "notes.txt"])
+    assert (again / "notes.txt").read_text() == "mine"  # user_folds.csv was the conversion's
+    assert (again / "data" / "arrays" / "user_id.bin").read_bytes() == b"01"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        (["a.csv", "a.csv"], "inputs: {0} is given twice; give each file once"),
+        (["a.csv", "d/../a.csv"], "inputs: {1} is given twice; give each file once"),
+        (["a.csv", "empty.csv"], "{1}; expected at least one student with at least one response"),
+    ],
+)
+def test_the_converter_refuses_a_file_twice_and_a_file_without_students(
+    tmp_path: Path, inputs, message
+):
+    write(tmp_path / "a.csv", AKT_FOLD0)
+    write(tmp_path / "empty.csv", "")  # AKT's format: no student at all
+    (tmp_path / "d").mkdir()
+    paths = [str(tmp_path / name) for name in inputs]
+    argv = ["--format", "4line", "--name", "x", "--output-dir", str(tmp_path / "out")]
+    done = run_numbered_script("00_convert_kt_dataset.py", *argv, "--inputs", *paths)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"error: {message.format(*paths)}"
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------------

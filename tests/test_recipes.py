@@ -93,11 +93,18 @@ def test_every_table_is_read_by_its_script_and_every_key_reaches_it(path, parsed
         ('[train]\nfold = "first"\n', "fold 'first': a fold (3)"),
         ("[train]\nrun = [1]\n", "run: [1], but the flag takes one value"),
         ("[train\n", "not valid TOML"),
+        (b"[train]\n# caf\xe9\nepochs = 2\n", ", line 2: byte 0xe9 is not UTF-8 (Latin-1"),
+        (  # what `model` is in a recipe, and where a preset's name goes
+            '[train]\nmodel = "saint"\n',
+            "[train]: model = 'saint': model is not one value but the nested config "
+            "ModelConfig, a table of its fields ([train.model] in a recipe, a mapping in JSON "
+            "or YAML); a preset's name goes to 03's --model (saint, saint+)",
+        ),
     ],
 )
 def test_a_bad_recipe_is_refused_naming_the_file_and_the_key(tmp_path, text, message):
     path = tmp_path / "bad.toml"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     done = run_numbered_script("03_train.py", "--config", path, "--output-dir", tmp_path)
     assert done.returncode == 2
     assert str(path) in done.stderr and message in done.stderr, done.stderr
@@ -111,6 +118,40 @@ def test_a_script_without_a_config_dataclass_refuses_a_bad_key(tmp_path):
     path.write_text('[convert]\ndataset = "assist2016"\n')
     done = run_numbered_script("00_convert_kt_dataset.py", "--config", path)
     assert done.returncode == 2 and "dataset: 'assist2016' is not one of" in done.stderr
+
+
+def test_a_config_file_is_decoded_as_01_decodes_its_files(tmp_path, parsed):
+    for path, text in (
+        (tmp_path / "a.toml", "[train]\nepochs = 2\n"),
+        (tmp_path / "a.json", '{"epochs": 2}'),
+    ):
+        path.write_bytes(recipe.BOM + text.encode())  # a byte-order mark: read as 01 reads it
+        assert run_numbered_script("03_train.py", "--config", path).returncode == 0
+        assert parsed.pop()[0].epochs == 2
+    path.write_bytes(b'{"epochs": 2,\n "run": "caf\xe9"}')
+    done = run_numbered_script("03_train.py", "--config", path)
+    assert done.returncode == 2 and f"{path}, line 2: byte 0xe9 is not UTF-8" in done.stderr
+
+
+def test_config_is_given_once_and_its_kind_named(tmp_path, parsed):
+    done = run_numbered_script("03_train.py", "--config", DEMO, "--config", tmp_path / "b.toml")
+    assert done.returncode == 2
+    assert f"--config given 2 times ({DEMO}, {tmp_path / 'b.toml'}): give one file" in done.stderr
+    (tmp_path / "c.txt").write_text("epochs = 2\n")
+    done = run_numbered_script("03_train.py", "--config", tmp_path / "c.txt")
+    assert done.returncode == 2
+    assert "c.txt: a config file is a recipe (.toml), or .json, .yaml or .yml" in done.stderr
+
+
+def test_a_recipes_fold_gives_way_to_full_data_and_a_flags_fold_is_refused(parsed):
+    riiid = REPO / "configs" / "riiid.toml"  # [train] fold = "all", as README's command
+    assert run_numbered_script("03_train.py", "--config", riiid, "--full-data").returncode == 0
+    assert parsed.pop()[0].full_data
+    done = run_numbered_script("03_train.py", "--fold", "2", "--full-data")
+    assert done.returncode == 2
+    assert "--full-data trains every student into the run's full/ (no fold): drop --fold" in (
+        done.stderr
+    )
 
 
 def test_flags_override_a_recipe(parsed):

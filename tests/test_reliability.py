@@ -194,7 +194,7 @@ def interrupted(demo, tmp_path_factory) -> dict:
     }
     resumed = run("03_train.py", "--output-dir", out, *TRAIN_FLAGS, "--resume", process=True)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    return {"out": out, "left": left, "stdout": resumed.stdout}
+    return {"out": out, "left": left, "stdout": resumed.stdout, "stderr": resumed.stderr}
 
 
 @pytest.mark.slow
@@ -210,8 +210,12 @@ def test_kill_lands_mid_epoch_and_leaves_only_whole_files(interrupted):
         "inner_predictions.parquet",
         "train_run.json",
     ]
-    # a kill inside torch.save could leave only epoch 2's temp file, never a partial file
-    assert all(name.startswith(".epoch_02.pt.tmp-") for name in left["files"] if name[0] == ".")
+    # a kill inside torch.save could leave only epoch 2's temp file, never a partial file;
+    # and the killed process's lock record, which the resume takes over and says so
+    hidden = [name for name in left["files"] if name[0] == "." and name != ModelFolder.LOCK]
+    assert all(name.startswith(".epoch_02.pt.tmp-") for name in hidden)
+    assert ModelFolder.LOCK in left["files"]
+    assert "note: took over the lock of" in interrupted["stderr"]
 
 
 @pytest.mark.slow

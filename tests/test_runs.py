@@ -91,7 +91,7 @@ def test_a_written_config_reads_back_the_same(tmp_path):
         ({"epochs": 2.5}, "epochs: 2.5, but the field takes a int"),
         ({"tags": "yes"}, "tags: 'yes', but the field takes a bool"),
         ({"model": {"attention": "dense"}}, "model.attention: 'dense' is not one of mha, mla"),
-        ({"model": 3}, "model must be a mapping"),
+        ({"model": 3}, "model = 3: model is not one value but the nested config ModelConfig"),
         ([1, 2], "holds a mapping"),
     ],
 )
@@ -172,11 +172,45 @@ def test_a_fold_folder_is_claimed_only_by_its_own_config(tmp_path):
     with pytest.raises(RunClashError, match=r"another config \(recorded vs now: lr: 0\.001 vs"):
         claim_fold_dir(folder, other, overwrite=False)
     assert folder.epoch_checkpoint(1).read_bytes() == b"weights"  # refused: nothing touched
-    assert claim_fold_dir(folder, other, overwrite=True) and not folder.path.exists()
-    folder.path.mkdir(parents=True)
+    assert claim_fold_dir(folder, other, overwrite=True) and not any(folder.path.iterdir())
     folder.file("notes.txt").write_text("?")
     with pytest.raises(RunClashError, match="records no config"):
         claim_fold_dir(folder, replace(config, resume=True), overwrite=False)
+
+
+BINARY = b"\x8f\x00" * 40
+RESUME_REFUSALS = [  # (what is done to a fold folder holding epoch 1, the refusal's words)
+    ("history.csv not text", lambda f: f.history.write_bytes(BINARY), "history.csv is damaged"),
+    ("history.csv another", lambda f: f.history.write_text("a,b\n"), "first line: 'a,b', not"),
+    ("config.json cut short", lambda f: f.config.write_text('{"lr": '), "(JSONDecodeError: "),
+    ("config.json not UTF-8", lambda f: f.config.write_bytes(b"\xff{}"), "(UnicodeDecodeError"),
+    ("config.json a list", lambda f: f.config.write_text("[]"), "not a JSON object"),
+    (
+        "epoch checkpoints removed",
+        lambda f: f.epoch_checkpoint(1).unlink(),
+        "holds best.pt and history.csv but no epoch_NN.pt to resume from: --resume would "
+        "train again from epoch 1 and replace them; --overwrite starts the fold again",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"), [c[1:] for c in RESUME_REFUSALS], ids=[c[0] for c in RESUME_REFUSALS]
+)
+def test_a_resume_reads_its_files_checked_and_never_starts_over_unasked(tmp_path, change, words):
+    config = replace(train_config(d_model=16, heads=2, layers=1, window=20), resume=True)
+    folder = Workspace(tmp_path).run("a").fold(0)
+    write_fold(folder, config)
+    folder.checkpoint().write_bytes(b"the best epoch")
+    folder.history.write_text("epoch,train_loss\n1,0.5\n")
+    assert not claim_fold_dir(folder, config, overwrite=False)  # whole: resumed
+    change(folder)
+    before = sorted((p.name, p.read_bytes()) for p in folder.path.iterdir())
+    with pytest.raises(RunClashError) as refused:
+        claim_fold_dir(folder, config, overwrite=False)
+    assert words in str(refused.value) and str(folder.path) in str(refused.value)
+    assert sorted((p.name, p.read_bytes()) for p in folder.path.iterdir()) == before
+    assert claim_fold_dir(folder, config, overwrite=True)  # --overwrite: emptied
 
 
 def test_runs_table_rows_sort_best_streamed_first(tmp_path):

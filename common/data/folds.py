@@ -284,7 +284,7 @@ def make_folds(
     arrays = TrainArrays.load(workspace.data)
     cuts = _fold_cuts(arrays, config, Path(input_dir) if input_dir else None)
     stats, folds = [], []
-    with atomic_dir(workspace.folds.path) as tmp:
+    with atomic_dir(workspace.folds.path, owns=FoldsFolder.WRITES) as tmp:
         written = FoldsFolder(tmp)
         for k, (cut, offset) in enumerate(cuts):
             fold = Fold(k, cut, offset, _stream_index(arrays, cut, offset))

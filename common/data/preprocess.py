@@ -451,7 +451,7 @@ def preprocess(config: PreprocessConfig, workspace: Workspace) -> PreprocessSumm
     estimate = check_memory(input_dir / "train.csv", config)
     questions = read_questions(input_dir / "questions.csv")
     lectures = read_lectures(input_dir / "lectures.csv")
-    with atomic_dir(workspace.data.path) as tmp:
+    with atomic_dir(workspace.data.path, owns=DataFolder.WRITES) as tmp:
         data = DataFolder(tmp)
         summary = convert_train(input_dir / "train.csv", data, questions, lectures, config)
         questions.to_parquet(data.questions, index=False)

@@ -15,6 +15,7 @@ simulation in common/inputs/demo_students.py.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -214,25 +215,25 @@ def truth_table(train: dict[str, np.ndarray], p_true: np.ndarray) -> pa.Table:
     return pa.table({"row_id": train["row_id"][is_question], "p_true": p_true})
 
 
-def write_item_bank(questions: pd.DataFrame, lectures: pd.DataFrame, output_dir: Path) -> None:
-    """questions.csv and lectures.csv into `output_dir`, each atomically."""
-    with atomic_file(output_dir / "questions.csv") as tmp:
-        questions.to_csv(tmp, index=False, lineterminator="\n")
-    with atomic_file(output_dir / "lectures.csv") as tmp:
-        lectures.to_csv(tmp, index=False, lineterminator="\n")
+def write_item_bank(
+    questions: pd.DataFrame, lectures: pd.DataFrame, questions_path: Path, lectures_path: Path
+) -> None:
+    """questions.csv and lectures.csv, to the (temporary) paths given."""
+    questions.to_csv(questions_path, index=False, lineterminator="\n")
+    lectures.to_csv(lectures_path, index=False, lineterminator="\n")
 
 
 def write_demo(demo: DemoData, output_dir: str | Path) -> list[Path]:
-    """Write train.csv, questions.csv, lectures.csv and demo_truth.csv into `output_dir`
-    (each file atomically; other files there are left alone). Returns the paths."""
+    """Write train.csv, questions.csv, lectures.csv and demo_truth.csv into `output_dir`,
+    atomically: each is written under a temporary name, and none replaces the earlier one
+    unless all were written (other files there are left alone). Returns the paths."""
     output_dir = Path(output_dir)
     paths = [output_dir / name for name in OUTPUT_FILES]
-    train_path, _, _, truth_path = paths
-    write_item_bank(demo.questions, demo.lectures, output_dir)
-    with atomic_file(truth_path) as tmp:
-        _write_arrow_csv(truth_table(demo.train, demo.p_true), tmp)
-    with atomic_file(train_path) as tmp:
-        _write_arrow_csv(train_table(demo.train), tmp)
+    with contextlib.ExitStack() as written:  # the renames come when every file is whole
+        train, questions, lectures, truth = (written.enter_context(atomic_file(p)) for p in paths)
+        write_item_bank(demo.questions, demo.lectures, questions, lectures)
+        _write_arrow_csv(truth_table(demo.train, demo.p_true), truth)
+        _write_arrow_csv(train_table(demo.train), train)
     return paths
 
 

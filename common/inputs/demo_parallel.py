@@ -103,19 +103,21 @@ def make_demo_parallel(
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     bank = make_item_bank(config, np.random.default_rng(config.seed))
-    write_item_bank(bank.questions, bank.lectures, output_dir)
     user_ids = _global_user_ids(config)
     sizes = chunk_sizes(config.n_users, chunk_users)
     jobs = (delayed(_simulate_chunk)(bank, config, k, n) for k, n in enumerate(sizes))
     chunks = Parallel(n_jobs=n_jobs, return_as="generator")(jobs)  # in order
     rows = lectures = first_user = 0
     lengths = []
-    with (
+    with (  # every file or none: the renames come when all are whole
+        atomic_file(output_dir / "questions.csv") as questions_tmp,
+        atomic_file(output_dir / "lectures.csv") as lectures_tmp,
         atomic_file(output_dir / "train.csv") as train_tmp,
         atomic_file(output_dir / "demo_truth.csv") as truth_tmp,
         pa.OSFile(str(train_tmp), "wb") as train_sink,
         pa.OSFile(str(truth_tmp), "wb") as truth_sink,
     ):
+        write_item_bank(bank.questions, bank.lectures, questions_tmp, lectures_tmp)
         for k, (train, p_true) in enumerate(chunks):
             _renumber(train, user_ids[first_user : first_user + sizes[k]], rows)
             write_csv_rows(train_table(train), train_sink, header=k == 0)

@@ -98,6 +98,9 @@ class ConversionConfig:
             )
         if not self.inputs:
             raise ValueError("inputs: expected at least one input file")
+        for i, path in enumerate(self.inputs):  # its students would be converted twice
+            if path.resolve() in {p.resolve() for p in self.inputs[:i]}:
+                raise ValueError(f"inputs: {path} is given twice; give each file once")
         if self.input_folds is not None:
             if len(self.input_folds) != len(self.inputs):
                 raise ValueError(
@@ -302,17 +305,18 @@ def _read_inputs(
     config: ConversionConfig,
 ) -> tuple[list[StudentSequence], list[StudentSequence], str]:
     """(every student read, those with at least one response, the input files named
-    for errors); raises when a student id repeats or no student has a response."""
+    for errors); raises when a student id repeats or a file has no student with a
+    response."""
     folds = config.input_folds or [NO_FOLD] * len(config.inputs)
     students: list[StudentSequence] = []
     for path, fold in zip(config.inputs, folds, strict=True):
-        students.extend(read_students(path, config.line_format, fold))
+        read = read_students(path, config.line_format, fold)
+        if not any(len(s.problems) for s in read):  # empty, or cut short to nothing
+            raise InputError(str(path), "at least one student with at least one response")
+        students.extend(read)
     check_unique_students(students)
     kept = [s for s in students if len(s.problems)]
-    files = ", ".join(str(p) for p in config.inputs)
-    if not kept:
-        raise InputError(files, "at least one student with at least one response")
-    return students, kept, files
+    return students, kept, ", ".join(str(p) for p in config.inputs)
 
 
 def _train_frame(

@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from common.errors import UserError
 from common.files import atomic_dir
 
 OUTPUT_FILES: tuple[str, ...] = (
@@ -30,6 +31,7 @@ OUTPUT_FILES: tuple[str, ...] = (
     "user_map.csv",
     "conversion.json",
 )  # plus user_folds.csv when the dataset ships folds
+USER_FOLDS = "user_folds.csv"
 
 
 @dataclass
@@ -56,18 +58,21 @@ def write_train_csv(train: pd.DataFrame, path: Path) -> None:
 
 
 def write_converted(converted: ConvertedDataset, output_dir: str | Path) -> Path:
-    """Write every output file into `output_dir`, atomically as one directory. An existing
-    `output_dir` is replaced only if it is empty or an earlier conversion."""
+    """Write every output file into `output_dir`, atomically as one directory. The
+    conversion owns its output files there (an earlier conversion's are replaced); what
+    else the folder holds (notes, 01's output) is kept. Files of those names that no
+    conversion wrote (no conversion.json beside them) are refused."""
     output_dir = Path(output_dir)
-    if output_dir.exists() and (
-        not output_dir.is_dir()
-        or (any(output_dir.iterdir()) and not (output_dir / "conversion.json").exists())
-    ):
-        raise FileExistsError(
-            f"{output_dir}: expected a new or empty directory or an earlier conversion "
-            "(with conversion.json); refusing to replace it"
-        )
-    with atomic_dir(output_dir) as tmp:
+    owned = (*OUTPUT_FILES, USER_FOLDS)
+    if output_dir.is_dir() and not (output_dir / "conversion.json").exists():
+        found = [name for name in owned if (output_dir / name).exists()]
+        if found:
+            raise UserError(
+                f"{output_dir} holds {', '.join(found)} but no conversion.json: not an "
+                "earlier conversion's files, so they are not replaced; choose another "
+                "--output-dir, or move them out"
+            )
+    with atomic_dir(output_dir, owns=owned) as tmp:
         write_train_csv(converted.train, tmp / "train.csv")
         converted.questions.to_csv(tmp / "questions.csv", index=False)
         converted.lectures.to_csv(tmp / "lectures.csv", index=False)
@@ -75,7 +80,7 @@ def write_converted(converted: ConvertedDataset, output_dir: str | Path) -> Path
         converted.skill_map.to_csv(tmp / "skill_map.csv", index=False)
         converted.user_map.to_csv(tmp / "user_map.csv", index=False)
         if converted.user_folds is not None:
-            converted.user_folds.to_csv(tmp / "user_folds.csv", index=False)
+            converted.user_folds.to_csv(tmp / USER_FOLDS, index=False)
         text = json.dumps(converted.record, indent=2, sort_keys=True) + "\n"
         (tmp / "conversion.json").write_text(text)
     return output_dir

@@ -241,7 +241,7 @@ def _read_row_pykt(values: dict[str, str], line: int, file: str) -> StudentSeque
     """One pyKT row (a student), its columns by name; `line` is 1-based."""
     for column, pattern, expected in (
         ("uid", _INT, "one non-negative integer (at most 18 digits)"),
-        ("fold", f"-?{_INT}", "one integer (pyKT: 0-4, or -1 in test.csv)"),
+        ("fold", "-1|[0-4]", "one of pyKT's folds: 0-4, or -1 in test.csv"),
     ):
         if not re.fullmatch(pattern, values[column].strip()):
             raise LineInputError(file, expected, column=column, value=values[column], line=line)

@@ -47,7 +47,7 @@ class Embedder:
         raise NotImplementedError
 
     def init(self, model: nn.Module, config: InputConfig) -> None:
-        """Initialization after the model's own (common.model.layers.init_weights)."""
+        """Initialization after the model's own (common.model.saint.layers.init_weights)."""
 
     def embed(self, model: nn.Module, values: Tensor) -> Tensor:
         """(B, L, D) from the field's values (B, L)."""

@@ -272,7 +272,7 @@ def evaluate(run: Run, input_dir: Path, config: EvaluateConfig) -> Evaluation:
     provenance = run_provenance(run, summaries)
     # report/ whole or not at all, and report.md written last inside that: a stop leaves
     # the previous report and its folder, or both new
-    with atomic_dir(run.report.path) as tmp:
+    with atomic_dir(run.report.path, owns=ReportFolder.WRITES) as tmp:
         report = ReportFolder(tmp)
         tables = write_tables(report, table, slice_table(rows))
         histories = load_histories(run, folds)

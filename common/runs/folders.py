@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.errors import UserError
-from common.files import json_values
+from common.files import check_writable, file_lock, json_values
 from common.model.checkpoint import dict_differences
 from common.model.registry import ARCHITECTURES, DEFAULT_ARCH
 from common.model.saint import preset_name
@@ -77,31 +77,71 @@ def run_name(config: TrainConfig) -> str:
     return f"{preset_name(config.model.decoder_features)}-d{config.model.d_model}-{digest}"
 
 
+def fold_lock(folder: ModelFolder):
+    """One writer per run and fold (03 training it, 04 streaming it): the folder (made, and
+    checked writable, first) locked while the block runs, its holder named in
+    `folder.lock`; a second process is refused naming the first (common.files.file_lock)."""
+    check_writable(folder.path)
+    return file_lock(folder.path, holder=folder.lock)
+
+
 def recorded_config(folder: ModelFolder) -> dict | None:
     """The TrainConfig dict a fold folder's run recorded (config.json, or train_run.json
-    when the first epoch never finished); None when neither exists."""
-    if folder.config.exists():
-        values = json.loads(folder.config.read_text())
-        return {k: v for k, v in values.items() if k != "recorded"}
-    record = folder.record("train")
-    if record.exists():
-        values = json.loads(record.read_text()).get("config", {})
-        return {k: v for k, v in values.items() if k != "model_config"}
+    when the first epoch never finished); None when neither exists. A damaged file is
+    refused, named."""
+    for path, key in ((folder.config, None), (folder.record("train"), "config")):
+        if not path.exists():
+            continue
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+            values = values if key is None else values.get(key, {})
+            if not isinstance(values, dict):
+                raise ValueError("not a JSON object of a config's fields")
+        except (ValueError, AttributeError) as error:  # UnicodeDecodeError is a ValueError
+            raise RunClashError(
+                f"{path} is damaged ({type(error).__name__}: {str(error)[:80]}): remove it "
+                "(03 --resume writes it again), or --overwrite to start the fold again"
+            ) from None
+        return {k: v for k, v in values.items() if k not in ("recorded", "model_config")}
     return None
+
+
+def _check_history(model: ModelFolder) -> None:
+    """A resume rewrites history.csv from the checkpoint; a damaged one is named first."""
+    try:
+        with open(model.history, encoding="utf-8") as handle:
+            header = handle.readline()
+            handle.read()
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        header = f"unreadable ({type(error).__name__})"
+    if not header.startswith("epoch,"):
+        raise RunClashError(
+            f"{model.history} is damaged (its first line: {header.strip()[:40]!r}, not "
+            "history.csv's header): remove it (03 --resume writes it again from the latest "
+            "epoch checkpoint), or --overwrite to start the fold again"
+        )
 
 
 def claim_fold_dir(model: ModelFolder, config: TrainConfig, *, overwrite: bool) -> bool:
     """Check that training may write into `model`'s folder: empty, or holding this
-    config's run with --resume (or a run of the same config training fewer architectures,
-    --arch's first ones: --resume keeps them and trains the others beside them);
-    --overwrite empties it first. Returns True when it removed files."""
+    config's run with --resume (from an epoch checkpoint, its files readable; or a run
+    of the same config training fewer architectures, --arch's first ones: --resume keeps
+    them and trains the others beside them); --overwrite empties it first. Returns True
+    when it removed files. Its lock (fold_lock) is not one of its files."""
     folder = model.path
-    if not folder.exists() or not any(folder.iterdir()):
+    files = sorted(p for p in folder.iterdir() if p.name != model.LOCK) if folder.exists() else []
+    if not files:
         return False
-    if overwrite:
-        shutil.rmtree(folder)
+    if overwrite:  # emptied in place: the folder is what fold_lock holds
+        for path in files:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
         return True
-    held = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
+    held = ", ".join(p.name for p in files[:4])
     recorded = recorded_config(model)
     if recorded is None:
         raise RunClashError(
@@ -127,6 +167,14 @@ def claim_fold_dir(model: ModelFolder, config: TrainConfig, *, overwrite: bool) 
             f"{folder} already holds this config's run ({held}, ...): --resume continues "
             "it, --overwrite starts it again"
         )
+    finished = [p.name for p in (model.checkpoint(), model.history) if p.exists()]
+    if finished and model.latest_epoch_checkpoint() is None:
+        raise RunClashError(
+            f"{folder} holds {' and '.join(finished)} but no epoch_NN.pt to resume from: "
+            "--resume would train again from epoch 1 and replace them; --overwrite starts "
+            "the fold again"
+        )
+    _check_history(model)
     return False
 
 

@@ -32,6 +32,14 @@ NUMBERS = (
 )  # fmt: skip
 # what `05 --runs` shows: the columns above but the clock time
 SHOWN = COLUMNS[1:]
+# each number's range, (low, high) inclusive: a value outside it is not one 03, 04 or 05
+# wrote (an AUC of 7.5 would sort first)
+RANGES = {
+    **dict.fromkeys(("selection_auc", "tf_auc", "stream_auc", "model_auc"), (0.0, 1.0)),
+    **dict.fromkeys(("auc_fold_mean", "auc_fold_std"), (0.0, 1.0)),
+    **dict.fromkeys(("d_model", "heads", "window", "batch_size"), (1.0, math.inf)),
+    **dict.fromkeys(("lr", "interactions_per_s", "rows_per_s", "wall_s"), (0.0, math.inf)),
+}
 
 
 def config_columns(train_config: dict, arch: str | None = None) -> dict:
@@ -133,6 +141,9 @@ def table_problem(header: list[str], lines: list, rows: list[dict]) -> tuple[int
         for column in NUMBERS:
             if not is_number(row.get(column, "")):
                 return number, f"{column} {row[column][:30]!r} is not a number"
+            low, high = RANGES[column]
+            if row.get(column) and not low <= float(row[column]) <= high:
+                return number, f"{column} {row[column][:30]} is outside [{low:g}, {high:g}]"
     return None
 
 

@@ -1,4 +1,4 @@
-"""The streaming state's pool of model caches (common.model.cache.ModelCache): one entry
+"""The streaming state's pool of model caches (common.model.saint.cache.ModelCache): one entry
 per active student, least recently used evicted first (an evicted student's cache is
 rebuilt from their ring, common.stream.online), grown on demand up to its size."""
 
@@ -16,7 +16,7 @@ RING_EXTRA = 16  # ring slack beyond the receptive field: room for the incoming 
 
 
 class CachePool:
-    """The model's ring caches (common.model.cache.ModelCache) for up to `size` students, with
+    """The model's ring caches (common.model.saint.cache.ModelCache) for up to `size` students, with
     LRU eviction. The tensors grow (doubling) with the number of students that need an
     entry, up to `size`, so a stream of a few hundred students does not allocate and
     zero the room for thousands (gigabytes for a large model) before its first group."""

@@ -14,9 +14,10 @@ from common.data.api_file import check_api_file
 from common.data.dataset import Dataset
 from common.data.fold_data import fold_count
 from common.errors import UserError
+from common.files import check_writable
 from common.model.trees.blending import full_blend_bundle
 from common.runs.artefacts import fold_stacks, fold_weights
-from common.runs.folders import choose_run
+from common.runs.folders import choose_run, fold_lock
 from common.runs.oof import write_oof
 from common.runs.table import latest_run
 from common.stream.fold_stream import InferConfig, run_emulated, streamed_already
@@ -47,7 +48,8 @@ def infer(config: InferConfig, workspace: Workspace, name: str | None) -> None:
                 f"03_train.py --run {run.name} --full-data, then run this again"
             )
         if config.trees:
-            fit_full_bundle(config, run)
+            with fold_lock(run.full):  # one writer of full/, checked writable before the fit
+                fit_full_bundle(config, run)
         export(replace(config, fold=0), run)
         return
     folds = stream_folds(config, run)
@@ -112,11 +114,13 @@ def stream_folds(config: InferConfig, run: Run) -> list[int]:
     kept = False
     for k in folds:
         fold_config = replace(config, fold=k)
-        if len(folds) > 1 and streamed_already(run, fold_config):
-            print(f"fold {k}: streamed already with this checkpoint and these settings (kept)")
-            kept = True
-            continue
-        summary = run_emulated(run, fold_config)
+        # one writer of the fold (not 03 training it), checked writable before the trees
+        with fold_lock(run.fold(k)):
+            if len(folds) > 1 and streamed_already(run, fold_config):
+                print(f"fold {k}: streamed already with this checkpoint and these settings (kept)")
+                kept = True
+                continue
+            summary = run_emulated(run, fold_config)
         write_oof(run)  # after each fold, from the folds on disk (kept ones included)
         folder = run.fold(k)
         print(folder.stream_metrics_md.read_text())
@@ -134,6 +138,7 @@ def export(config: InferConfig, run: Run) -> None:
     kaggle = config.kaggle
     folder = KaggleFolder(kaggle.kaggle_dir) if kaggle.kaggle_dir else run.kaggle
     ids = kaggle.ids()
+    check_writable(folder.path)  # before every student's state is built
     dataset, kernel = export_kaggle(run.workspace, source, config.checkpoint, folder, ids)
     if config.test_csv is not None:
         submission = try_notebook(folder, config.test_csv, ids.slug)

@@ -373,7 +373,7 @@ def export_kaggle(
     """Write the Kaggle folder's dataset/ (the model `source`/`checkpoint` as
     <model>/best.pt, every student's state, the inference code) and kernel/ (see the
     module docstring); each folder appears whole or not at all. Returns both."""
-    with atomic_dir(kaggle.dataset) as tmp:
+    with atomic_dir(kaggle.dataset, owns=Bundle.WRITES) as tmp:
         bundle = Bundle(tmp)
         model = bundle.model(source.name)
         save_inference_checkpoint(source.checkpoint(checkpoint), model.checkpoint())
@@ -385,7 +385,7 @@ def export_kaggle(
             bundle.metadata,
             {"title": ids.slug, "id": ids.dataset, "licenses": [{"name": "CC0-1.0"}]},
         )
-    with atomic_dir(kaggle.kernel) as tmp:
+    with atomic_dir(kaggle.kernel, owns=KaggleFolder.KERNEL_WRITES) as tmp:
         cell = notebook_cell(ids.slug, source.name)
         write_text(tmp / KaggleFolder.NOTEBOOK, json.dumps(notebook(cell), indent=1))
         write_json(tmp / KaggleFolder.KERNEL_METADATA, kernel_metadata(ids))

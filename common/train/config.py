@@ -65,7 +65,14 @@ class TrainConfig:
         "folder, each other in its own folder inside it (fold{k}/<arch>/); from "
         + ", ".join(ARCH_NAMES),
     )
-    model: ModelConfig = field(default_factory=ModelConfig)  # SAINT's (--d-model, ...)
+    # SAINT's (--d-model, ...)
+    model: ModelConfig = field(
+        default_factory=ModelConfig,
+        metadata={
+            "help": "a preset's name goes to 03's --model (saint, saint+), or to the model's "
+            'decoder_features (saint: [], saint+: ["elapsed", "lag"])'
+        },
+    )
     lstm: LSTMConfig = field(default_factory=LSTMConfig, metadata={"prefix": "lstm-"})
     lqrnn: LQRNNConfig = field(default_factory=LQRNNConfig, metadata={"prefix": "lqrnn-"})
     tags: bool = option(

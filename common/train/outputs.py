@@ -132,8 +132,9 @@ class RunFiles:
         )
 
     def restore_epoch_outputs(self, progress: Progress) -> None:
-        """Redo what a kill right after the epoch checkpoint may have cut short: best.pt
-        (the best epoch's checkpoint holds the same payload), history.csv, config.json."""
+        """Redo what a kill right after the epoch checkpoint may have cut short (or a user
+        removed): best.pt (the best epoch's checkpoint holds the same payload),
+        history.csv, config.json."""
         best_epoch = progress.best_epoch
         best = self.folder.epoch_checkpoint(best_epoch)
         if best_epoch >= 1 and best.exists() and not self.best_is(best_epoch):
@@ -141,7 +142,7 @@ class RunFiles:
                 shutil.copyfile(best, tmp)
         history = self.folder.history
         rows = len(history.read_text().splitlines()) - 1 if history.exists() else -1
-        if rows != len(progress.history):
+        if rows != len(progress.history) or not self.folder.config.exists():
             self.write_epoch(progress, improved=False)
 
     def best_is(self, epoch: int) -> bool:

@@ -25,13 +25,20 @@ from tqdm import tqdm
 from common.data.features import window_inputs
 from common.data.fold_data import FoldData, Tails, load_fold_data, load_full_data
 from common.device import Distributed, resolve_device
+from common.errors import UserError
 from common.files import write_run_record
 from common.metrics import auc_or_nan, binary_log_loss
 from common.model.distill import distillation_loss
 from common.model.interface import KTModel
 from common.model.predict import predict_tails, to_tensors
 from common.runs.artefacts import cv_epochs
-from common.runs.folders import RunClashError, check_run_name, claim_fold_dir, run_name
+from common.runs.folders import (
+    RunClashError,
+    check_run_name,
+    claim_fold_dir,
+    fold_lock,
+    run_name,
+)
 from common.runs.table import append_run_row, read_rows
 from common.train.build import build
 from common.train.config import TrainConfig
@@ -454,18 +461,26 @@ def training_data(config: TrainConfig, run: Run, main: bool) -> tuple[TrainConfi
     return config, load_fold_data(run.workspace, config.fold, inner_share, config.seed)
 
 
-def claim(run: Run, config: TrainConfig, overwrite: bool, dist_info: Distributed) -> None:
-    """Claim the fold folder for this run on rank 0 (common.runs.folders.claim_fold_dir);
-    every rank learns its verdict before going on. --overwrite leaves the run's
-    oof.parquet to 04, which rewrites it from the folds it finds."""
+def claim(
+    run: Run,
+    config: TrainConfig,
+    overwrite: bool,
+    dist_info: Distributed,
+    held: contextlib.ExitStack,
+) -> None:
+    """Lock the fold folder for this process (common.runs.folders.fold_lock, kept until
+    `held` closes) and claim it for this run (claim_fold_dir), on rank 0; every rank
+    learns its verdict before going on. --overwrite leaves the run's oof.parquet to 04,
+    which rewrites it from the folds it finds."""
     refusal = None
     if dist_info.main:
         folder = run.model(config.fold, config.full_data)
         try:
+            held.enter_context(fold_lock(folder))
             if claim_fold_dir(folder, config, overwrite=overwrite):
-                print(f"--overwrite: removed {folder.path}")
+                print(f"--overwrite: emptied {folder.path}")
             print(f"run {run.name}: {folder.path}")
-        except RunClashError as error:
+        except UserError as error:  # another process's, another run's, not writable
             refusal = error
     if dist_info.broadcast(0.0 if refusal else 1.0) == 0.0:
         raise refusal or RunClashError(f"run {run.name}: rank 0 refused the fold folder")
@@ -495,15 +510,16 @@ def train(
     # read (and checked) before the fold folder is touched: a refusal writes nothing
     config, data = training_data(config, run, dist_info.main)
     read_rows(workspace)  # a damaged runs.csv is refused before training, not after
-    claim(run, config, overwrite, dist_info)
     histories = {}
-    for arch in config.arch:  # each architecture in turn, the primary first
-        if len(config.arch) > 1 and dist_info.main:
-            print(f"{arch}: {member_folder(run, config, arch).path}")
-        trainer = Trainer(config, run, data, device, dist_info, arch)
-        histories[arch] = trainer.fit()
-        if dist_info.main and trainer.progress.epochs_run:
-            row = trainer.files.run_row(trainer.progress, time.perf_counter() - begin)
-            append_run_row(workspace, row)
-        begin = time.perf_counter()
+    with contextlib.ExitStack() as held:
+        claim(run, config, overwrite, dist_info, held)
+        for arch in config.arch:  # each architecture in turn, the primary first
+            if len(config.arch) > 1 and dist_info.main:
+                print(f"{arch}: {member_folder(run, config, arch).path}")
+            trainer = Trainer(config, run, data, device, dist_info, arch)
+            histories[arch] = trainer.fit()
+            if dist_info.main and trainer.progress.epochs_run:
+                row = trainer.files.run_row(trainer.progress, time.perf_counter() - begin)
+                append_run_row(workspace, row)
+            begin = time.perf_counter()
     return histories

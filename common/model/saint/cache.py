@@ -37,7 +37,7 @@ class ModelCache:
         cls, config: ModelConfig, rows: int, size: int, device: torch.device | str = "cpu"
     ) -> ModelCache:
         """An empty cache for `rows` students of a model of `config`, `size` slots each
-        (common.model.priming.empty_cache sizes it for a model)."""
+        (common.model.saint.priming.empty_cache sizes it for a model)."""
         widths = (config.kv_latent_dim,) if config.attention == "mla" else (config.d_model,) * 2
 
         def blank(layers: int) -> list[tuple[Tensor, ...]]:

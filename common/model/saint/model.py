@@ -85,11 +85,11 @@ class SAINT(KTModel):
         return self.embed_dropout(input_sum(self, batch, self.decoder_inputs))
 
     def empty_cache(self, rows: int, size: int | None = None) -> ModelCache:
-        """A ring cache for `rows` students (common.model.priming.empty_cache)."""
+        """A ring cache for `rows` students (common.model.saint.priming.empty_cache)."""
         return empty_cache(self, rows, size)
 
     def prime(self, batch: dict[str, Tensor], cache: ModelCache) -> None:
-        """Store `batch`'s key states in `cache`, no logits (common.model.priming.prime)."""
+        """Store `batch`'s key states in `cache`, no logits (common.model.saint.priming.prime)."""
         prime(self, batch, cache)
 
     def forward(
@@ -104,7 +104,7 @@ class SAINT(KTModel):
         to its earlier keys too; a view of a pool's rows (ModelCache.view) writes into
         those rows. trained_from (training, no cache): the first batch position whose
         logit is wanted; each layer computes only the positions such a logit can reach
-        (common.model.priming.trained_layers), and the logits cover the positions from
+        (common.model.saint.priming.trained_layers), and the logits cover the positions from
         the last layer's first on, (B, T - first): at most trained_from, a multiple of the
         attention blocks' size. There, logits and gradients are those of the whole pass."""
         attend = attention_inputs(self.config, self.rotary, batch, cache, self.attention_block)

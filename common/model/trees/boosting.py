@@ -1,6 +1,6 @@
 """The trees: scikit-learn's histogram gradient boosting over the past-event features of
 common/data/past_features.py, what a Kaggler builds in an afternoon. 04 fits them on a
-fold's training rows (common.model.blending.fold_blend_bundle), streams them beside the
+fold's training rows (common.model.trees.blending.fold_blend_bundle), streams them beside the
 model and blends the two; 05 reports what 04 streamed, a third baseline.
 
 A training row's question rate must not count the row's own answer (the trees would

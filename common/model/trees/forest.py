@@ -226,7 +226,7 @@ FIELDS.update(
 def read_arrays(path) -> dict[str, np.ndarray]:
     """Every array of an .npz file, read whole (no pickles). Where the file is not an .npz
     of plain arrays: ValueError, or what numpy and zipfile raise (OSError, EOFError,
-    zipfile.BadZipFile, ...: common.model.blend_bundle.NPZ_ERRORS)."""
+    zipfile.BadZipFile, ...: common.model.trees.blend_bundle.NPZ_ERRORS)."""
     with open(str(path), "rb") as file:
         if file.read(len(ZIP_START)) != ZIP_START:  # else np.load would try it as a pickle
             raise ValueError("it does not start as an .npz (a zip file) does")
