@@ -5,10 +5,9 @@ A field becomes `--field-name` (or the name in its metadata's "flag"), typed fro
 annotation; its help (metadata "help") ends with the default. A bool becomes the pair
 `--name` / `--no-name` (argparse's BooleanOptionalAction); its help says what True means,
 and the command line writes the `--no-` wording itself. A nested config dataclass
-(TrainConfig's `model`) contributes its own fields' flags, each behind the "prefix" of
-the field's metadata where it has one (TrainConfig's `lstm`: --lstm-d-model). Fields
-whose metadata says `cli=False` (filled from the data) get no flag. Tuples and lists take
-a comma list.
+(TrainConfig's `model`) contributes its fields' flags, behind its metadata's "prefix"
+(`lstm`: --lstm-d-model); `cli=False` (filled from the data): no flag; tuples, lists: a
+comma list.
 
 `--config FILE` (every script built on `parse_config`, and 00_convert_kt_dataset.py through
 `config_flag`) reads either form, flags given beside it overriding it:
@@ -62,8 +61,7 @@ def _default(f: Field) -> object:
 
 def _flag_fields(cls: type, prefix: str = "", flag_prefix: str = ""):
     """(dotted path, flag name without dashes, field, annotation) of every field with a
-    flag, nested configs flattened (a nested config's metadata "prefix" starts its fields'
-    flag names: TrainConfig's lstm section's d_model is --lstm-d-model)."""
+    flag, nested configs flattened (behind their metadata's "prefix")."""
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         if f.metadata.get("cli", True) is False:
@@ -397,9 +395,8 @@ def config_flag(
 
 
 def flag_values(argv: list[str] | None, flag: str) -> list[str]:
-    """Each value `flag` is given on the command line `argv` (None: sys.argv), read as
-    argparse reads it (`--flag=V`, an abbreviation): whether a flag was given, not set by
-    a --config file."""
+    """Each value `flag` is given in `argv` (None: sys.argv), read as argparse reads it
+    (`--flag=V`, an abbreviation): whether a flag was given, not set by a --config file."""
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument(flag, dest="values", action="append", default=[])
     return early.parse_known_args(argv)[0].values
@@ -527,9 +524,8 @@ def guarded(
 ) -> int:
     """Run a script's body; a failure the user can fix (an OSError such as a full disk:
     its path and what to do) prints `error: ...` and returns 2; Ctrl-C (SIGTERM) prints
-    `interrupted: ` (`terminated: `) and what was kept and how to go on (each file is
-    whole: a temp file, then a rename), and returns 130 (143). Whatever ends the body
-    early, the empty folders it made under `output_dir` are removed."""
+    `interrupted: ` (`terminated: `), what was kept (every file whole) and how to go on,
+    and returns 130 (143). The empty folders the body made under `output_dir` go."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, Terminated.handler) if main else None
     kept = interrupted or "every file written so far is whole; run the command again"

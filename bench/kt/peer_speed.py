@@ -6,7 +6,7 @@ fold of the KT peers benchmark (bench/kt/peers.py, whose work folder holds the f
     python -m bench.kt.peers ... (or any run that exported the fold), then
     python -m bench.kt.peer_speed --grid assist2015:unseen5 --fold 0 --threads 1
 
-Each peer runs in pyKT's venv (bench/kt/pykt_peer.py --check-trim, then --time-epochs):
+Each peer runs in pyKT's venv (bench/kt/pykt_trim.py --check-trim, then --time-epochs):
 first the check that trimmed and padded predictions agree within 1e-5 on real batches of
 the fold, then the timing. Results: one speed.json per peer under the fold's peers/speed/
 (a finished peer is skipped: restartable), the table at --results
@@ -30,7 +30,7 @@ from bench.kt.plans import PLANS
 from common.cli import guarded
 from common.errors import UserError
 
-PYKT_PEER = Path(__file__).with_name("pykt_peer.py")
+PYKT_TRIM = Path(__file__).with_name("pykt_trim.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def peer_command(args, data: Path, peer: str, config, *mode: str) -> list[str]:
     return [
-        str(args.pykt_python), str(PYKT_PEER), "--data", str(data), "--model", peer,
+        str(args.pykt_python), str(PYKT_TRIM), "--data", str(data), "--model", peer,
         "--params", json.dumps(config.params), "--lr", str(config.lr),
         "--batch-size", str(config.batch_size), "--threads", str(args.threads),
         "--device", args.device, *mode,
@@ -68,6 +68,25 @@ def peer_command(args, data: Path, peer: str, config, *mode: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     return guarded(lambda: measure(parse_args(argv)))
+
+
+def peer_speed(args: argparse.Namespace, fold_dir: Path, peer: str, config) -> dict:
+    """The peer's speed.json (pykt_trim.py's check, then its timing), run unless it exists,
+    with the check's line."""
+    key = run_key(peer, args.size)
+    out, logs = fold_dir / "speed" / key, fold_dir / "logs"
+    data = fold_dir / "data.npz"
+    if not (out / "speed.json").exists():
+        run(peer_command(args, data, peer, config, "--check-trim", "--out-dir", str(out)),
+            logs / f"{key}_check.log", label=f"{key} check")  # fmt: skip
+        check = (logs / f"{key}_check.log").read_text().strip().splitlines()[-1]
+        timing = ["--time-epochs", "--time-share", str(args.time_share)]
+        run(peer_command(args, data, peer, config, *timing, "--out-dir", str(out)),
+            logs / f"{key}_speed.log", label=f"{key} timing")  # fmt: skip
+        record = json.loads((out / "speed.json").read_text())
+        record["check"] = check
+        (out / "speed.json").write_text(json.dumps(record, indent=2) + "\n")
+    return json.loads((out / "speed.json").read_text())
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -94,41 +113,22 @@ def measure(args: argparse.Namespace) -> int:
         "| epoch speed-up | padded inner s | trimmed inner s | inner speed-up |"
     )
     report("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    shares = set()
     for peer in args.peers:
-        key = run_key(peer, args.size)
         config = peer_config(peer, plan.preset, args.size)
-        out = fold_dir / "speed" / key
-        if not (out / "speed.json").exists():
-            logs = fold_dir / "logs"
-            run(peer_command(args, data, peer, config, "--check-trim", "--out-dir", str(out)),
-                logs / f"{key}_check.log", label=f"{key} check")  # fmt: skip
-            check = (logs / f"{key}_check.log").read_text().strip().splitlines()[-1]
-            timing = ["--time-epochs", "--time-share", str(args.time_share)]
-            run(peer_command(args, data, peer, config, *timing, "--out-dir", str(out)),
-                logs / f"{key}_speed.log", label=f"{key} timing")  # fmt: skip
-            record = json.loads((out / "speed.json").read_text())
-            record["check"] = check
-            (out / "speed.json").write_text(json.dumps(record, indent=2) + "\n")
-        r = json.loads((out / "speed.json").read_text())
+        r = peer_speed(args, fold_dir, peer, config)
+        shares.add(r.get("time_share", 1.0))
         largest = r["check"].split("largest difference ")[1].split(" ")[0]
         report(
-            f"| {run_name(key)} | {config.size} | {largest} | {r['padded_train_seconds']:.0f} "
-            f"| {r['trimmed_train_seconds']:.0f} | {r['train_speedup']:.1f}x "
-            f"| {r['padded_inner_seconds']:.0f} | {r['trimmed_inner_seconds']:.0f} "
-            f"| {r['inner_speedup']:.1f}x |"
+            f"| {run_name(run_key(peer, args.size))} | {config.size} | {largest} "
+            f"| {r['padded_train_seconds']:.0f} | {r['trimmed_train_seconds']:.0f} "
+            f"| {r['train_speedup']:.1f}x | {r['padded_inner_seconds']:.0f} "
+            f"| {r['trimmed_inner_seconds']:.0f} | {r['inner_speedup']:.1f}x |"
         )
     report()
-    shares = sorted(
-        {
-            json.loads((fold_dir / "speed" / run_key(p, args.size) / "speed.json").read_text()).get(
-                "time_share", 1.0
-            )
-            for p in args.peers
-        }
-    )
     report(f"{args.threads} thread(s) each; both timings in one process, padded first, from "
            "the same weights and the same draw of batches' order; epochs timed on a share "
-           f"{shares} of their windows, scaled up.")  # fmt: skip
+           f"{sorted(shares)} of their windows, scaled up.")  # fmt: skip
     report.write()
     return 0
 

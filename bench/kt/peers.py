@@ -237,6 +237,20 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, PeerA
     table = "train nothing: rewrite the tables from the finished folds"
     p.add_argument("--table-only", action="store_true", help=table)
     args = p.parse_args(argv)
+    check_args(p, args)
+    args.work_dir, args.source_root = args.work_dir.resolve(), args.source_root.resolve()
+    if args.results is None:
+        args.results = args.work_dir / "kt_peers"
+    peer_args = PeerArgs(
+        args.pykt_python, args.peers, args.size, args.seq_len, args.stride, args.epochs,
+        args.patience, args.threads, args.device, args.bootstrap,
+        (args.only,) if args.only else ("ours", "peers"), args.trim,
+    )  # fmt: skip
+    return args, peer_args
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, as argparse refuses (exit 2), flags out of range before any work."""
     for name in ("epochs", "patience", "seq_len", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}: expected a positive integer")
@@ -255,15 +269,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, PeerA
         p.error(f"--work-dir {args.work_dir}: is a file, not a folder")
     if not args.table_only and not args.source_root.is_dir():
         p.error(f"--source-root {args.source_root}: no such folder (the KT data sets' files)")
-    args.work_dir, args.source_root = args.work_dir.resolve(), args.source_root.resolve()
-    if args.results is None:
-        args.results = args.work_dir / "kt_peers"
-    peer_args = PeerArgs(
-        args.pykt_python, args.peers, args.size, args.seq_len, args.stride, args.epochs,
-        args.patience, args.threads, args.device, args.bootstrap,
-        (args.only,) if args.only else ("ours", "peers"), args.trim,
-    )  # fmt: skip
-    return args, peer_args
 
 
 def main(argv: list[str] | None = None) -> int:

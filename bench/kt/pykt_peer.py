@@ -4,9 +4,6 @@ project's `common`, so pyKT stays out of the pipeline's dependencies.
 
     <pykt venv>/bin/python bench/kt/pykt_peer.py --data fold0.npz --model akt \
         --out-dir DIR [--epochs 30 --patience 5 --batch-size 64 --lr 1e-4 ...]
-    <pykt venv>/bin/python bench/kt/pykt_peer.py --data fold0.npz --model akt --check-trim
-    <pykt venv>/bin/python bench/kt/pykt_peer.py --data fold0.npz --model akt --time-epochs \
-        --out-dir DIR
 
 Input (`--data`, written by bench/kt/peers.py): every student of the fold as a sequence of
 steps (one step per task container: one question answered, its concept and response),
@@ -31,9 +28,9 @@ training each batch holds about --batch-size x the mean window length of steps, 
 batches taken in random order) and each batch is cut at its longest window. Each model
 here is causal (a position reads only the positions before it: DKT's LSTM, the
 attention models' masks), so a window's predictions do not depend on the padding after
-it: `--check-trim` proves it on real batches of the fold (trimmed and padded predictions
-agree within 1e-5) and `--time-epochs` measures what it saves (one training epoch and one
-inner prediction each way, from the same weights).
+it: bench/kt/pykt_trim.py's `--check-trim` proves it on real batches of the fold
+(trimmed and padded predictions agree within 1e-5) and its `--time-epochs` measures what
+it saves (one training epoch and one inner prediction each way, from the same weights).
 
 Prediction: every scored step after a student's first gets the model's probability
 given the steps before it, read from a window of `--seq-len` steps that ends at or after
@@ -62,7 +59,6 @@ import numpy as np
 
 PAD = -1
 MIN_STEPS = 3  # pyKT's min_seq_len: shorter training windows are dropped
-CHECK_TOLERANCE = 1e-5  # --check-trim: largest difference allowed, trimmed against padded
 # the models this bench drives: name -> (pyKT's class, its emb_type or None); the first
 # five are in pykt-toolkit 0.0.38 (PyPI) too, the others only in pyKT's source
 CONCEPT_MODELS = ("dkt", "dkvmn", "sakt")  # concept (skill) ids and responses only
@@ -374,83 +370,6 @@ def fit(model, name: str, splits: dict, args, torch) -> tuple[dict, list[dict]]:
 
 
 # ---------------------------------------------------------------------------------------
-# the trim's check and its speed
-
-
-def check_trim(model, name: str, split: dict, args, torch) -> dict:
-    """Trimmed against padded predictions on real batches of the split: --check-batches
-    batches of --batch-size prediction windows drawn at random (seed --seed), ordered by
-    length and cut into batches as the trimmed prediction batches them; each batch
-    predicted at its longest window's width and at --seq-len. Returns the largest
-    absolute difference over every kept step and what was checked."""
-    model.eval()
-    passes = prediction_windows(split["offsets"], split["scored"], args.seq_len, args.stride)
-    rng = np.random.default_rng(args.seed)
-    count = min(len(passes), args.check_batches * args.batch_size)
-    drawn = [passes[i] for i in rng.choice(len(passes), size=count, replace=False)]
-    drawn.sort(key=lambda p: p[1] - p[0])
-    largest, steps, missing, widths = 0.0, 0, 0, []
-    with torch.no_grad():
-        for b in range(0, len(drawn), args.batch_size):
-            chunk = drawn[b : b + args.batch_size]
-            windows = [p[:2] for p in chunk]
-            width = batch_width(windows, args.seq_len, trim=True)
-            outputs = []
-            for w in (width, args.seq_len):
-                batch = to_device(pykt_batch(split, windows, w, torch), args.device)
-                outputs.append(forward_probabilities(model, name, batch, torch).double().cpu())
-            trimmed, padded = (o.numpy() for o in outputs)
-            for i, (first, _, kept) in enumerate(chunk):
-                column = kept - first - 1
-                if column.max() >= trimmed.shape[1]:  # a step the trimmed batch lacks
-                    missing += int((column >= trimmed.shape[1]).sum())
-                    column = column[column < trimmed.shape[1]]
-                gap = np.abs(trimmed[i, column] - padded[i, column])
-                largest = max(largest, float(gap.max(initial=0.0)))
-                steps += len(kept)
-            widths.append(width)
-    return {
-        "model": name, "batches": len(widths), "steps": steps, "widths": widths,
-        "max_abs_difference": largest, "steps_missing": missing, "tolerance": CHECK_TOLERANCE,
-        "passed": bool(largest <= CHECK_TOLERANCE and missing == 0),
-    }  # fmt: skip
-
-
-def time_epochs(model, name: str, splits: dict, args, torch) -> dict:
-    """Seconds of one training epoch and of one inner prediction, padded and trimmed,
-    each from the same initial weights and optimizer state (the batches' draw the same
-    seed), padded first. With --time-share below 1, both time the same random share of
-    the epoch's training windows, and the epoch's seconds are that time over the share
-    (the inner prediction is whole)."""
-    windows = training_windows(splits["train"]["offsets"], args.seq_len)
-    if args.time_share < 1:
-        rng = np.random.default_rng(args.seed)
-        chosen = rng.choice(len(windows), size=max(1, round(args.time_share * len(windows))))
-        windows = [windows[i] for i in np.sort(np.unique(chosen))]
-    start = copy.deepcopy(model.state_dict())
-    record = {"model": name, "training_windows": len(windows), "time_share": args.time_share}
-    for label, trim in (("padded", False), ("trimmed", True)):
-        model.load_state_dict(start)
-        opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-        rng = np.random.default_rng(args.seed)
-        clock = time.perf_counter()
-        loss = train_epoch(model, name, opt, splits["train"], windows, args, rng, torch, trim)
-        record[f"{label}_train_seconds"] = (time.perf_counter() - clock) / args.time_share
-        clock = time.perf_counter()
-        predict(model, name, splits["inner"], args, torch, trim)
-        record[f"{label}_inner_seconds"] = time.perf_counter() - clock
-        record[f"{label}_loss"] = loss
-        print(
-            f"{name} {label}: epoch {record[f'{label}_train_seconds']:.1f} s, inner "
-            f"prediction {record[f'{label}_inner_seconds']:.1f} s (loss {loss:.4f})",
-            flush=True,
-        )
-    record["train_speedup"] = record["padded_train_seconds"] / record["trimmed_train_seconds"]
-    record["inner_speedup"] = record["padded_inner_seconds"] / record["trimmed_inner_seconds"]
-    return record
-
-
-# ---------------------------------------------------------------------------------------
 # files
 
 
@@ -510,10 +429,11 @@ def pykt_source() -> str:
     return f"pykt-toolkit {metadata.version('pykt-toolkit')}"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(description: str = __doc__.split("\n\n")[0]) -> argparse.ArgumentParser:
+    """The flags of a peer's run (pykt_trim.py adds its own)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--data", type=Path, required=True)
-    p.add_argument("--out-dir", type=Path, help="where the outputs go (not for --check-trim)")
+    p.add_argument("--out-dir", type=Path, help="where the outputs go")
     p.add_argument("--model", choices=MODELS, required=True)
     p.add_argument("--params", default="{}", help="the model's constructor arguments (JSON)")
     p.add_argument("--epochs", type=int, default=30)
@@ -527,27 +447,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     pad = "pad every batch to --seq-len as pyKT does (default: trimmed batches)"
     p.add_argument("--no-trim", dest="trim", action="store_false", help=pad)
-    check = "check that trimmed and padded predictions agree (untrained weights); train nothing"
-    p.add_argument("--check-trim", action="store_true", help=check)
-    p.add_argument("--check-batches", type=int, default=8, help="batches --check-trim checks")
-    timing = "time one epoch and one inner prediction padded and trimmed (speed.json)"
-    p.add_argument("--time-epochs", action="store_true", help=timing)
-    share = "--time-epochs: time this share of an epoch's windows (each way) and scale up"
-    p.add_argument("--time-share", type=float, default=1.0, help=share)
+    return p
+
+
+def parse_args(
+    argv: list[str] | None = None, p: argparse.ArgumentParser | None = None, out_dir=True
+) -> argparse.Namespace:
+    """The flags of `p` (default: arguments()), checked; --params read as JSON."""
+    p = p or arguments()
     args = p.parse_args(argv)
-    if min(args.epochs, args.patience, args.batch_size, args.threads, args.check_batches) < 1:
-        p.error(
-            "--epochs, --patience, --batch-size, --threads and --check-batches: expected "
-            "positive integers"
-        )
+    if min(args.epochs, args.patience, args.batch_size, args.threads) < 1:
+        p.error("--epochs, --patience, --batch-size and --threads: expected positive integers")
     if not 1 <= args.stride < args.seq_len:
         p.error(f"--stride: expected 1 <= stride < --seq-len ({args.seq_len}), got {args.stride}")
-    if not 0 < args.time_share <= 1:
-        p.error(f"--time-share: expected a share in (0, 1], got {args.time_share}")
-    if args.check_trim and args.time_epochs:
-        p.error("--check-trim and --time-epochs: choose one")
-    if args.out_dir is None and not args.check_trim:
-        p.error("--out-dir is required (but with --check-trim)")
+    if out_dir and args.out_dir is None:
+        p.error("--out-dir is required")
     try:
         params = json.loads(args.params)
     except json.JSONDecodeError as error:
@@ -566,24 +480,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     splits, meta = load_splits(args.data)
     model = build_model(args.model, args.params, meta, args.seq_len, torch).to(args.device)
-    if args.check_trim:
-        record = check_trim(model, args.model, splits["inner"], args, torch)
-        verdict = "agree" if record["passed"] else "DIFFER"
-        print(
-            f"{args.model}: trimmed and padded predictions {verdict}: largest difference "
-            f"{record['max_abs_difference']:.2e} over {record['steps']:,} steps "
-            f"({record['steps_missing']:,} missing from the trimmed batches) in "
-            f"{record['batches']} batches of widths {record['widths']} (tolerance "
-            f"{CHECK_TOLERANCE:g})",
-            flush=True,
-        )
-        return 0 if record["passed"] else 1
-    if args.time_epochs:
-        record = time_epochs(model, args.model, splits, args, torch)
-        record.update(params=args.params, pykt_source=pykt_source(), torch=torch.__version__)
-        record["settings"] = settings(args)
-        write_json(args.out_dir / "speed.json", record)
-        return 0
     clock = time.perf_counter()
     best, history = fit(model, args.model, splits, args, torch)
     model.load_state_dict(best)

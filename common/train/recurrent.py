@@ -19,10 +19,13 @@ all-reduce sees every rank at every step.
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from tqdm import tqdm
 
 from common.data.features import FlatSource, QuestionSequences, step_inputs
 from common.model.predict import plan_student, to_tensors, with_key_context
@@ -164,5 +167,63 @@ def lane_resets(schedule: np.ndarray, step: int) -> np.ndarray:
     return np.flatnonzero((student != IDLE) & (chunk == 0))
 
 
-def to_device_batch(inputs: dict[str, np.ndarray], device: torch.device) -> dict:
-    return to_tensors(inputs, device)
+def masked_bce(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean binary cross-entropy of the logits over the `valid` positions (every model's
+    training loss)."""
+    loss = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="none")
+    return (loss * valid).sum() / valid.sum().clamp(min=1)
+
+
+def recurrent_epoch(setup, run, progress) -> tuple[float, float, float]:
+    """One epoch of a recurrent model (setup: common.train.build.TrainSetup; run: the
+    trainer, for its data, config, device and process group; progress counts the steps):
+    lanes walk the training students' chunks in order, each carrying its student's
+    state. Returns (mean loss, trained questions per second, seconds)."""
+    data, device, epoch = run.data, run.device, progress.epoch
+    grad_clip, show = run.config.grad_clip, run.config.progress and run.dist.main
+    schedule = rank_lanes(epoch_schedule(setup.plan, setup.chunks, epoch), setup.plan)
+    state = setup.model.empty_cache(schedule.shape[2])
+    setup.train_model.train()
+    total_loss, total_count, clock = 0.0, 0, time.perf_counter()
+    bar = tqdm(range(schedule.shape[1]), desc=f"epoch {epoch + 1}", disable=not show, leave=False)
+    for step in bar:
+        state.reset(torch.as_tensor(lane_resets(schedule, step), device=device))
+        lanes = np.flatnonzero(schedule[0, step] != IDLE)
+        # a rank without work this step still steps (zero weight): DDP's all-reduce needs
+        # every rank; it runs the first chunk of the epoch's first student again
+        idle = not len(lanes)
+        active = lanes if not idle else np.zeros(1, dtype=np.int64)
+        student = schedule[0, step, active] if not idle else schedule[0, :1, 0].clip(0)
+        chunk = schedule[1, step, active] if not idle else np.zeros(1, dtype=np.int64)
+        inputs = step_batch(
+            data.sequences, setup.chunks, student, chunk, data.n_questions, setup.difficulty
+        )
+        batch = to_tensors(inputs, device)
+        view = state.view(torch.as_tensor(active, device=device)) if not idle else None
+        view = view if view is not None else setup.model.empty_cache(1)
+        loss = optimizer_step(setup, batch, view, 0.0 if idle else 1.0, grad_clip, device)
+        count = 0 if idle else int(batch["valid"].sum())
+        total_loss += loss * count
+        total_count += count
+        bar.set_postfix(loss=f"{total_loss / max(total_count, 1):.4f}")
+    seconds = time.perf_counter() - clock
+    progress.step += schedule.shape[1]
+    return total_loss / max(total_count, 1), total_count * run.dist.world / seconds, seconds
+
+
+def optimizer_step(setup, batch: dict, state, weight: float, grad_clip: float, device) -> float:
+    """One optimizer step of a recurrent model on one step's lanes, from their carried
+    `state` (which the pass updates, detached); its loss."""
+    setup.optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(
+        device.type, dtype=setup.amp_dtype or torch.float32, enabled=setup.amp_dtype is not None
+    ):
+        logits = setup.train_model(batch, state)
+        loss = masked_bce(logits, batch["label"], batch["valid"].float()) * weight
+    setup.scaler.scale(loss).backward()
+    setup.scaler.unscale_(setup.optimizer)
+    torch.nn.utils.clip_grad_norm_(setup.model.parameters(), grad_clip)
+    setup.scaler.step(setup.optimizer)
+    setup.scaler.update()
+    setup.scheduler.step()
+    return float(loss.item())

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from common.data.features import window_inputs
@@ -44,13 +43,8 @@ from common.train.build import build
 from common.train.config import TrainConfig
 from common.train.outputs import Progress, RunFiles
 from common.train.plan import TrainPlan
-from common.train.recurrent import IDLE, epoch_schedule, lane_resets, rank_lanes, step_batch
+from common.train.recurrent import masked_bce, recurrent_epoch
 from common.workspace import Run, Workspace
-
-
-def masked_bce(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    loss = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="none")
-    return (loss * valid).sum() / valid.sum().clamp(min=1)
 
 
 @dataclass
@@ -113,8 +107,8 @@ class Trainer:
     # -- one epoch ---------------------------------------------------------------------
     def train_epoch(self) -> tuple[float, float, float]:
         """(mean loss, trained questions per second, seconds) of one epoch's steps."""
-        if self.model.recurrent:
-            return self.train_recurrent_epoch()
+        if self.model.recurrent:  # its lanes (common.train.recurrent)
+            return recurrent_epoch(self.setup, self, self.progress)
         (student, start, begin, stop), steps = self.epoch_batches(self.progress.epoch)
         self.setup.train_model.train()
         total_loss, total_count = 0.0, 0
@@ -225,67 +219,6 @@ class Trainer:
         setup.scheduler.step()
         self.progress.step += 1
         return batch_loss, total
-
-    def train_recurrent_epoch(self) -> tuple[float, float, float]:
-        """A recurrent model's epoch (common.train.recurrent): lanes walk the training
-        students' chunks in order, each carrying its student's state; (mean loss,
-        trained questions per second, seconds)."""
-        setup = self.setup
-        schedule = rank_lanes(
-            epoch_schedule(setup.plan, setup.chunks, self.progress.epoch), setup.plan
-        )
-        state = self.model.empty_cache(schedule.shape[2])
-        setup.train_model.train()
-        total_loss, total_count, clock = 0.0, 0, time.perf_counter()
-        bar = tqdm(
-            range(schedule.shape[1]),
-            desc=f"epoch {self.progress.epoch + 1}",
-            disable=not (self.config.progress and self.dist.main),
-            leave=False,
-        )
-        for step in bar:
-            state.reset(torch.as_tensor(lane_resets(schedule, step), device=self.device))
-            lanes = np.flatnonzero(schedule[0, step] != IDLE)
-            # a rank without work this step still steps (zero weight): DDP's all-reduce
-            # needs every rank; it runs its first lane's first chunk again
-            idle = not len(lanes)
-            active = lanes if not idle else np.zeros(1, dtype=np.int64)
-            student = schedule[0, step, active] if not idle else np.zeros(1, dtype=np.int64)
-            chunk = schedule[1, step, active] if not idle else np.zeros(1, dtype=np.int64)
-            inputs = step_batch(
-                self.data.sequences, setup.chunks, np.maximum(student, 0), chunk,
-                self.data.n_questions, setup.difficulty,
-            )  # fmt: skip
-            batch = to_tensors(inputs, self.device)
-            rows = torch.as_tensor(active, device=self.device)
-            view = state.view(rows) if not idle else self.model.empty_cache(1)
-            loss, count = self.recurrent_step(batch, view, 0.0 if idle else 1.0)
-            total_loss += loss * count
-            total_count += count
-            bar.set_postfix(loss=f"{total_loss / max(total_count, 1):.4f}")
-        seconds = time.perf_counter() - clock
-        return total_loss / max(total_count, 1), total_count * self.dist.world / seconds, seconds
-
-    def recurrent_step(self, batch: dict, state, weight: float) -> tuple[float, int]:
-        """One optimizer step of a recurrent model on one step's lanes, from their carried
-        `state` (which the pass updates, detached); (its loss, trained count)."""
-        setup = self.setup
-        setup.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(
-            self.device.type,
-            dtype=setup.amp_dtype or torch.float32,
-            enabled=setup.amp_dtype is not None,
-        ):
-            logits = setup.train_model(batch, state)
-            loss = masked_bce(logits, batch["label"], batch["valid"].float()) * weight
-        setup.scaler.scale(loss).backward()
-        setup.scaler.unscale_(setup.optimizer)
-        torch.nn.utils.clip_grad_norm_(setup.model.parameters(), self.config.grad_clip)
-        setup.scaler.step(setup.optimizer)
-        setup.scaler.update()
-        setup.scheduler.step()
-        self.progress.step += 1
-        return float(loss.item()), int(batch["valid"].sum()) if weight else 0
 
     def validate(self, tails: Tails) -> tuple[float, float, np.ndarray]:
         """Log loss, AUC (NaN where undefined) and the probabilities of the teacher-forced
