@@ -34,7 +34,6 @@ ROW_ARRAYS: dict[str, str] = {
     for name, dtype in TRAIN_DTYPES.items()
     if name != "user_id"  # stored once per student (users, offsets)
 }
-ANSWER_UNKNOWN = 4  # the answer-choice pad: a question row whose user_answer is blank
 
 
 @dataclass

@@ -2,24 +2,12 @@
 
 The model sees each student's question rows in order; lectures are dropped from the
 sequence (they are not predicted and SAINT/SAINT+ model exercises only), though the time
-they take is part of the next question's lag.
-
-Per question i (all questions of a task container share their container's values):
-    question, part          the encoder's inputs
-    response                answered_correctly, 0/1
-    answer                  user_answer 0-3, ANSWER_PAD when unknown
-    elapsed                 seconds the student spent on i: the prior_question_elapsed_time
-                            carried by the student's NEXT question container (the API
-                            reveals it only then), rounded and capped at ELAPSED_CAP_S;
-                            bucket 0 = not known yet
-    explanation             whether the student read the explanation of i: the next
-                            container's prior_question_had_explanation; 0 unknown, 1 no,
-                            2 yes
-    lag                     time since the student's previous question container, known
-                            when the container arrives: bucket 1 + min(floor(4 log2(1 + s)),
-                            N_LAG - 2) on seconds s (quarter-octaves: 1 s, 2 s, ... up to
-                            about a year); 0 for the first container
-    container_first         position of the first question of i's container
+they take is part of the next question's lag. The per-question fields (question, part,
+response, answer, elapsed, explanation, lag, container_first, timestamp: what each
+holds, when the API reveals it, how it is computed) are declared in
+common/data/question_fields.py; this module builds the sequences from it
+(QuestionSequences, build_sequences) and the model inputs of any span of them
+(step_inputs: the queries and the decoder's key stream, KEY_FIELDS).
 
 No leakage within a container: the decoder input built from question i's outcome
 (response, elapsed, explanation, answer) is visible only to questions of later
@@ -28,21 +16,36 @@ containers (see common/model/saint/model.py for the masks that enforce it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 
 import numpy as np
 
-from common.data.arrays import ANSWER_UNKNOWN, TrainArrays, opens_container
+from common.data.arrays import TrainArrays, opens_container
+from common.data.question_fields import (
+    ANSWER_PAD,
+    N_ANSWER,
+    N_ELAPSED,
+    N_EXPLANATION,
+    N_LAG,
+    N_RESPONSE,
+    QUESTION_FIELDS,
+    RESPONSE_START,
+    SEQUENCE_FIELDS,
+    RowFacts,
+    elapsed_bucket,
+    explanation_code,
+    lag_bucket,
+)
 from common.data.schema import QUESTION
 
-ELAPSED_CAP_S = 300  # SAINT+ caps elapsed time at 300 s
-N_ELAPSED = ELAPSED_CAP_S + 2  # 0 unknown, 1 + seconds in 0..300
-N_LAG = 101  # 0 unknown, 1..100 quarter-octave buckets of seconds
-N_EXPLANATION = 3
-N_RESPONSE = 3  # 0 wrong, 1 right, RESPONSE_START
-RESPONSE_START = 2  # the decoder's start token (and pad)
-ANSWER_PAD = ANSWER_UNKNOWN  # user_answer unknown or before the first question
-N_ANSWER = ANSWER_PAD + 1
+# what importers of this module have always found here (common.data.question_fields
+# declares them)
+__all__ = [
+    "ANSWER_PAD", "KEY_FIELDS", "N_ANSWER", "N_ELAPSED", "N_EXPLANATION", "N_LAG",
+    "N_RESPONSE", "RESPONSE_START", "SEQUENCE_FIELDS", "FlatSource", "KeyField",
+    "QuestionSequences", "build_sequences", "elapsed_bucket", "explanation_code",
+    "lag_bucket", "step_inputs", "window_inputs",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -58,59 +61,18 @@ class KeyField:
     own: bool = False
 
 
-# The key stream's fields. The model embeds each in a table of `size` rows
-# (common/model/inputs.py): the response always, the others as decoder features
-KEY_FIELDS = (
-    KeyField("response", N_RESPONSE, start=RESPONSE_START),
-    KeyField("elapsed", N_ELAPSED),
-    KeyField("lag", N_LAG, own=True),
-    KeyField("explanation", N_EXPLANATION),
-    KeyField("answer", N_ANSWER, start=ANSWER_PAD),
+# The key stream's fields, in the order the models register their tables
+# (common.data.question_fields' key_rank): the response always, the others as decoder
+# features (common/model/inputs.py)
+KEY_FIELDS = tuple(
+    KeyField(f.name, f.key_size, f.key_start, f.own)
+    for f in sorted(QUESTION_FIELDS, key=lambda f: f.key_rank if f.key_rank is not None else -1)
+    if f.key_rank is not None
 )
 
 
-def elapsed_bucket(milliseconds: np.ndarray) -> np.ndarray:
-    """prior_question_elapsed_time (ms, NaN when unknown) -> bucket 0..N_ELAPSED-1."""
-    ms = np.asarray(milliseconds, dtype=np.float64)
-    seconds = np.clip(np.rint(np.nan_to_num(ms, nan=0.0) / 1000.0), 0, ELAPSED_CAP_S)
-    return np.where(np.isnan(ms), 0, seconds + 1).astype(np.int16)
-
-
-def lag_bucket(milliseconds: np.ndarray) -> np.ndarray:
-    """Time since the previous question container (ms, NaN when none) -> 0..N_LAG-1."""
-    ms = np.asarray(milliseconds, dtype=np.float64)
-    seconds = np.maximum(np.nan_to_num(ms, nan=0.0), 0.0) / 1000.0
-    bucket = 1 + np.minimum(np.floor(4.0 * np.log2(1.0 + seconds)), N_LAG - 2)
-    return np.where(np.isnan(ms), 0, bucket).astype(np.int8)
-
-
-def explanation_code(flag: np.ndarray) -> np.ndarray:
-    """prior_question_had_explanation as -1 (blank) / 0 / 1 -> 0 unknown, 1 no, 2 yes."""
-    return (np.asarray(flag, dtype=np.int8) + 1).astype(np.int8)
-
-
-@dataclass
-class QuestionSequences:
-    """Every student's question rows in order, with model features (flat, CSR-indexed).
-
-    Student s owns entries offsets[s]:offsets[s+1]; positions inside a student count
-    questions from 0.
-    """
-
-    offsets: np.ndarray  # (n_students + 1,) int64
-    row: np.ndarray  # (n,) int64 global row index in TrainArrays
-    question: np.ndarray  # (n,) int16
-    part: np.ndarray  # (n,) int8
-    response: np.ndarray  # (n,) int8
-    answer: np.ndarray  # (n,) int8
-    elapsed: np.ndarray  # (n,) int16 bucket
-    explanation: np.ndarray  # (n,) int8 code
-    lag: np.ndarray  # (n,) int8 bucket
-    container_first: np.ndarray  # (n,) int32 position of the container's first question
-    timestamp: np.ndarray  # (n,) int64
-    # (n, len(MODEL_FEATURES)) float32: each question's past-event features, for a model
-    # that reads them (common.data.past_features.attach_model_features); None otherwise
-    past: np.ndarray | None = None
+class _Sequences:
+    """QuestionSequences' methods (its fields: common.data.question_fields)."""
 
     @property
     def n_students(self) -> int:
@@ -128,26 +90,43 @@ class QuestionSequences:
         return fields
 
 
-SEQUENCE_FIELDS = (
-    "question",
-    "part",
-    "response",
-    "answer",
-    "elapsed",
-    "explanation",
-    "lag",
-    "container_first",
-    "timestamp",
+# Every student's question rows in order, with model features (flat, CSR-indexed): student
+# s owns entries offsets[s]:offsets[s+1]; positions inside a student count questions from
+# 0. row: each entry's global row index in TrainArrays; then one array per field of
+# common.data.question_fields.QUESTION_FIELDS; past: (n, len(MODEL_FEATURES)) float32, each
+# question's past-event features, for a model that reads them (common.data.past_features.
+# attach_model_features), else None.
+QuestionSequences = make_dataclass(
+    "QuestionSequences",
+    [
+        ("offsets", np.ndarray),
+        ("row", np.ndarray),
+        *((f.name, np.ndarray) for f in QUESTION_FIELDS),
+        ("past", "np.ndarray | None", field(default=None)),
+    ],
+    bases=(_Sequences,),
+    namespace={"__module__": __name__},
 )
 
 
 def build_sequences(arrays: TrainArrays, parts: np.ndarray) -> QuestionSequences:
-    """Question sequences with features for every student, in one vectorized pass.
+    """Question sequences with features for every student, in one vectorized pass: the
+    rows' facts (common.data.question_fields.RowFacts), each field computed from them.
 
     `parts` maps question id -> part (common.data.arrays.question_parts).
     """
     rows = np.flatnonzero(np.asarray(arrays["content_type_id"]) == QUESTION)
     offsets = np.searchsorted(rows, arrays.offsets).astype(np.int64)
+    facts = row_facts(arrays, parts, rows, offsets)
+    fields = {f.name: f.rows(facts).astype(f.dtype) for f in QUESTION_FIELDS}
+    return QuestionSequences(offsets=offsets, row=rows.astype(np.int64), **fields)
+
+
+def row_facts(
+    arrays: TrainArrays, parts: np.ndarray, rows: np.ndarray, offsets: np.ndarray
+) -> RowFacts:
+    """What every field is computed from: the question rows' columns, their containers,
+    and what each student's next container reports and the lag since their previous."""
     n = len(rows)
     student = np.repeat(np.arange(arrays.n_students), np.diff(offsets))
     timestamp = np.asarray(arrays["timestamp"])[rows].astype(np.int64)
@@ -162,31 +141,26 @@ def build_sequences(arrays: TrainArrays, parts: np.ndarray) -> QuestionSequences
     # Per container: its first flat index; whether the next container is the same
     # student's; values revealed by that next container.
     first_of = np.flatnonzero(starts)
-    container_of = np.cumsum(starts) - 1
     has_next = np.zeros(len(first_of), dtype=bool)
     has_next[:-1] = student[first_of[1:]] == student[first_of[:-1]]
     next_first = np.append(first_of[1:], 0)
     elapsed_ms = np.asarray(arrays["prior_question_elapsed_time"])[rows].astype(np.float64)
     explanation_flag = np.asarray(arrays["prior_question_had_explanation"])[rows]
-    container_elapsed = np.where(has_next, elapsed_ms[next_first], np.nan)
-    container_explanation = np.where(has_next, explanation_flag[next_first], -1)
     has_previous = np.zeros(len(first_of), dtype=bool)
     has_previous[1:] = has_next[:-1]
     previous_time = np.append(0, timestamp[first_of[:-1]])
-    container_lag = np.where(has_previous, timestamp[first_of] - previous_time, np.nan)
-
-    return QuestionSequences(
-        offsets=offsets,
-        row=rows.astype(np.int64),
-        question=np.asarray(arrays["content_id"])[rows].astype(np.int16),
-        part=parts[np.asarray(arrays["content_id"])[rows]].astype(np.int8),
-        response=np.asarray(arrays["answered_correctly"])[rows].astype(np.int8),
-        answer=np.asarray(arrays["user_answer"])[rows].astype(np.int8),
-        elapsed=elapsed_bucket(container_elapsed)[container_of],
-        explanation=explanation_code(container_explanation)[container_of],
-        lag=lag_bucket(container_lag)[container_of],
-        container_first=container_first,
+    content = np.asarray(arrays["content_id"])[rows]
+    return RowFacts(
+        content=content,
+        parts=parts,
+        correct=np.asarray(arrays["answered_correctly"])[rows],
+        answers=np.asarray(arrays["user_answer"])[rows],
         timestamp=timestamp,
+        container_first=container_first,
+        of=np.cumsum(starts) - 1,
+        next_elapsed_ms=np.where(has_next, elapsed_ms[next_first], np.nan),
+        next_explanation=np.where(has_next, explanation_flag[next_first], -1),
+        lag_ms=np.where(has_previous, timestamp[first_of] - previous_time, np.nan),
     )
 
 

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from common.data.api_group import ApiGroup, read_group
-from common.data.features import QuestionSequences, elapsed_bucket, explanation_code
+from common.data.features import QuestionSequences
 from common.data.past_features import EXPLAINED, FEATURE_NAMES, RECENT, question_count
+from common.data.question_fields import elapsed_bucket, explanation_code
 from common.data.question_rates import QuestionRates
 from common.files import atomic_file
 

@@ -28,9 +28,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from common.data.arrays import ANSWER_UNKNOWN, ROW_ARRAYS, write_data_fingerprint
+from common.data.arrays import ROW_ARRAYS, write_data_fingerprint
 from common.data.csv_file import BOM, header_line
 from common.data.memory import check_memory
+from common.data.question_fields import ANSWER_UNKNOWN
 from common.data.schema import (
     LECTURE,
     LECTURES_DTYPES,

@@ -12,21 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.data.features import QuestionSequences
+from common.data.question_fields import FIELD_DTYPES, NEXT_CONTAINER, QUESTION_FIELDS
 from common.files import atomic_file
 
-# the rings' fields and their dtypes (a model that reads past-event features has one more:
-# PAST_DTYPE, a trailing axis of len(MODEL_FEATURES))
-FIELD_DTYPES = {
-    "question": np.int16,
-    "part": np.int8,
-    "response": np.int8,
-    "answer": np.int8,
-    "elapsed": np.int16,
-    "explanation": np.int8,
-    "lag": np.int8,
-    "container_first": np.int64,
-    "timestamp": np.int64,
-}
+# the rings' fields and their dtypes are the sequences' (common.data.question_fields); a
+# model that reads past-event features has one more: PAST_DTYPE, a trailing axis of
+# len(MODEL_FEATURES)
+__all__ = ["FIELD_DTYPES", "PAST_DTYPE", "FileFields", "Snapshot", "build_snapshot"]
 PAST_DTYPE = np.float32  # a model's past-event features (ModelConfig.past_features)
 
 
@@ -108,8 +100,9 @@ def build_snapshot(
     """Snapshot of questions [0, length[s]) of every student s with length > 0, keeping
     the last `keep_last` of them (a model's receptive_field).
 
-    The last container's elapsed time and explanation flag are blanked: the API reveals
-    them only with the student's next container."""
+    The last container's fields that the API reveals only with the student's next
+    container (common.data.question_fields: NEXT_CONTAINER; elapsed time, explanation)
+    hold their blank."""
     keep = np.flatnonzero(length > 0)
     n_items = length[keep].astype(np.int64)
     positions = n_items[:, None] - keep_last + np.arange(keep_last)  # (n, L)
@@ -117,7 +110,8 @@ def build_snapshot(
     fields = sequences.take(index)  # with the past-event features where attached
     last_first = fields["container_first"][:, -1].astype(np.int64)
     unrevealed = positions >= last_first[:, None]
-    fields["elapsed"] = np.where(unrevealed, 0, fields["elapsed"])
-    fields["explanation"] = np.where(unrevealed, 0, fields["explanation"])
+    for f in QUESTION_FIELDS:
+        if f.revealed == NEXT_CONTAINER:
+            fields[f.name] = np.where(unrevealed, f.blank, fields[f.name])
     fields = {k: v.astype(FIELD_DTYPES.get(k, PAST_DTYPE)) for k, v in fields.items()}
     return Snapshot(np.asarray(users)[keep].astype(np.int64), n_items, last_first, fields)

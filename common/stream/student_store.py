@@ -2,7 +2,8 @@
 budget: a ring of their last questions (the Snapshot's fields, common.stream.snapshot) and
 where their history and model cache stand, in one slot per student.
 
-The rings are filled only from what the API reveals (common.data.api_group reads it):
+The rings are filled only from what the API reveals (common.data.api_group reads it),
+each field when common.data.question_fields declares it revealed and as it computes it:
     - a container's questions, part and lag when it arrives (lag = time since the
       student's previous question container);
     - its responses and answers from the next group's prior_group_answers_correct /
@@ -21,8 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from common.data.api_group import ApiGroup
-from common.data.features import ANSWER_PAD, elapsed_bucket, explanation_code, lag_bucket
 from common.data.past_features import MODEL_FEATURES
+from common.data.question_fields import (
+    ARRIVAL,
+    NEXT_CONTAINER,
+    OUTCOME,
+    QUESTION_FIELDS,
+    StreamFacts,
+)
 from common.errors import UserError
 from common.stream.cache_pool import RING_EXTRA, CachePool
 from common.stream.snapshot import FIELD_DTYPES, PAST_DTYPE, Snapshot
@@ -282,9 +289,10 @@ class StudentStore:
         slot, position = self.previous[:, 0], self.previous[:, 1]
         known = slot >= 0
         column = position[known] % self.ring
-        self.rings["response"][slot[known], column] = correct[known]
-        answer = np.where((answers >= 0) & (answers < ANSWER_PAD), answers, ANSWER_PAD)
-        self.rings["answer"][slot[known], column] = answer[known]
+        facts = StreamFacts(correct=correct, answers=answers)
+        for f in QUESTION_FIELDS:
+            if f.revealed == OUTCOME:
+                self.rings[f.name][slot[known], column] = f.stream(facts)[known]
 
     def open_containers(
         self, group: ApiGroup, past: np.ndarray | None
@@ -312,15 +320,19 @@ class StudentStore:
         elapsed time and explanation flag."""
         last = self.last_first[slots]
         has_previous = last >= 0
-        elapsed = elapsed_bucket(group.prior_elapsed_ms)
-        explanation = explanation_code(group.prior_explanation)
+        facts = StreamFacts(
+            prior_elapsed_ms=group.prior_elapsed_ms, prior_explanation=group.prior_explanation
+        )
+        revealed = {
+            f.name: f.stream(facts) for f in QUESTION_FIELDS if f.revealed == NEXT_CONTAINER
+        }
         span = int((start - np.where(has_previous, last, start)).max(initial=0))
         for offset in range(span):
             at = last + offset
             hit = has_previous & (at < start)
             column = at[hit] % self.ring
-            self.rings["elapsed"][slots[hit], column] = elapsed[hit]
-            self.rings["explanation"][slots[hit], column] = explanation[hit]
+            for name, values in revealed.items():
+                self.rings[name][slots[hit], column] = values[hit]
 
     def _append(self, slots, start, position, group: ApiGroup, past) -> None:
         if group.counts.max() > RING_EXTRA:
@@ -332,18 +344,12 @@ class StudentStore:
         lag_ms = np.where(
             self.last_first[slots] >= 0, group.timestamp - self.last_timestamp[slots], np.nan
         )
-        question, parts = group.content, self.parts
-        known_part = (question >= 0) & (question < len(parts))
+        facts = StreamFacts(
+            content=group.content, container=container, start=start,
+            timestamp=group.timestamp, lag_ms=lag_ms, parts=self.parts,
+        )  # fmt: skip
         values = {
-            "question": question,
-            "part": np.where(known_part, parts[np.clip(question, 0, len(parts) - 1)], 0),
-            "response": 0,
-            "answer": ANSWER_PAD,
-            "elapsed": 0,
-            "explanation": 0,
-            "lag": lag_bucket(lag_ms)[container],
-            "container_first": start[container],
-            "timestamp": group.timestamp[container],
+            f.name: f.stream(facts) if f.revealed == ARRIVAL else f.blank for f in QUESTION_FIELDS
         }
         if past is not None:
             values["past"] = np.asarray(past, dtype=PAST_DTYPE)

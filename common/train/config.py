@@ -1,6 +1,7 @@
 """03_train.py's settings: TrainConfig holds the optimisation, selection and run settings,
 the architectures it trains (common.model.registry) and each one's config, in its
-section (SAINT's ModelConfig in `model`, the LSTM's in `lstm`, ...; the Trainer fills in
+section (SAINT's ModelConfig in `model`, each other's in the section its registry entry
+names: the LSTM's in `lstm`, ...; the Trainer fills in
 their data-sized fields). Each field's metadata is its command-line flag and help
 (common/cli.py)."""
 
@@ -11,8 +12,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from common import cli
 from common.device import check_device, device_option
 from common.model.checkpoint import dict_differences
-from common.model.lqrnn.config import LQRNNConfig
-from common.model.lstm.config import LSTMConfig
 from common.model.registry import ARCH_NAMES, ARCHITECTURES
 from common.model.saint import MODEL_PRESETS, ModelConfig, preset_name
 from common.options import above, at_least, between, option, progress_option
@@ -73,8 +72,15 @@ class TrainConfig:
             'decoder_features (saint: [], saint+: ["elapsed", "lag"])'
         },
     )
-    lstm: LSTMConfig = field(default_factory=LSTMConfig, metadata={"prefix": "lstm-"})
-    lqrnn: LQRNNConfig = field(default_factory=LQRNNConfig, metadata={"prefix": "lqrnn-"})
+    # every other architecture's config, in the section its registry entry names (flags
+    # behind its prefix: --lstm-d-model): a new architecture adds its entry only
+    for _arch in ARCHITECTURES.values():
+        if _arch.section != "model":
+            __annotations__[_arch.section] = _arch.config
+            vars()[_arch.section] = field(
+                default_factory=_arch.config, metadata={"prefix": f"{_arch.section}-"}
+            )
+    del _arch
     tags: bool = option(
         False, "add the mean embedding of each question's tags (skills) to the encoder input"
     )
