@@ -23,19 +23,19 @@ from common.data.dataset import Dataset
 from common.data.fold_data import Fold, load_fold_data
 from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
-from common.model.checkpoint import save_model
-from common.model.saint import ModelConfig
+from common.model.checkpoint import load_model, save_model
+from common.model.registry import ARCH_NAMES
 from common.model.trees.blend_bundle import BlendBundle
 from common.model.trees.blending import BLEND
 from common.model.trees.boosting import TREES, TreesConfig, fit_trees
-from common.model.trees.forest import logit_blend
+from common.model.trees.forest import stacked_blend
 from common.report.baselines import BaselineConfig
 from common.report.scored_rows import MODEL, load_fold_rows
 from common.stream.blend_state import BlendState
 from common.stream.emulator import Emulator, EmulatorConfig
 from common.stream.kaggle_export import KaggleIds, bundle_modules, export_kaggle, kernel_metadata
 from common.stream.kaggle_notebook import COMPETITION, ApiNotFound, bundle_state, import_api
-from common.stream.online import build_snapshot
+from common.stream.online import model_snapshot
 from common.workspace import Bundle, KaggleFolder, ModelFolder, Workspace
 from tests.helpers import (
     REPO,
@@ -351,13 +351,16 @@ def require_kaggle2020() -> str:
 
 @pytest.fixture(scope="module")
 def fold_export(tmp_path_factory):
-    """A tiny model that reads the past-event features, trained on a demo's fold 0 (03),
-    the fold streamed by 04 with the trees and blend it fits (and its Kaggle export), the
-    fold's stream as a test file of the competition's format, and 05's scored rows of the
-    fold (its blend included)."""
+    """Tiny models of every architecture (SAINT reading the past-event features, the LSTM,
+    the LQ-RNN: 03 --arch), trained on a demo's fold 0 (03), the fold streamed by 04 with
+    the trees and the stacked blend it fits (and its Kaggle export), the fold's stream as
+    a test file of the competition's format, and 05's scored rows of the fold (its blend
+    and every member included)."""
     tmp = tmp_path_factory.mktemp("fold-export")
     out = make_tiny_demo(tmp, users=120, questions=100)
     tiny = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)
+    tiny += ("--arch", ",".join(ARCH_NAMES), "--lstm-d-model", 8, "--lstm-window", 20)
+    tiny += ("--lqrnn-d-model", 8, "--lqrnn-heads", 2, "--lqrnn-window", 20)
     flags = ("--output-dir", out, "--run", RUN, "--fold", 0, "--no-progress", "--device", "cpu")
     for script, *extra in (
         ("03_train.py", *tiny, "--epochs", 2, "--warmup", 5, "--past-features", "head"),
@@ -393,12 +396,15 @@ def fold_start_state(out: Path, dataset: Path) -> None:
     workspace, bundle = Workspace(out), Bundle(dataset)
     data = load_fold_data(workspace, 0)
     users = Dataset.load(workspace).arrays.users
-    checkpoint = torch.load(bundle.model("fold0").checkpoint(), weights_only=False)
-    config = ModelConfig.from_dict(checkpoint["model_config"])
-    receptive = config.receptive_field
-    if config.past_features != "none":  # the model's snapshot carries them
+    model, _ = load_model(bundle.model("fold0").checkpoint())
+    if model.config.past_features != "none":  # the model's snapshot carries them
         attach_model_features(data.sequences, np.load(bundle.skills))
-    build_snapshot(data.sequences, users, data.train_length, receptive).save(bundle.snapshot)
+    snapshot = model_snapshot(model, data.sequences, users, data.train_length, CPU)
+    snapshot.save(bundle.snapshot)
+    for arch in ARCH_NAMES[1:]:  # every other architecture the bundle ships
+        member, _ = load_model(bundle.model("fold0").member(arch).checkpoint())
+        snapshot = model_snapshot(member, data.sequences, users, data.train_length, CPU)
+        snapshot.save(bundle.member_snapshot(arch))
     build_feature_snapshot(data.sequences, users, data.train_length).save(bundle.features)
 
 
@@ -426,10 +432,14 @@ def test_the_cell_submits_05s_blend_on_a_folds_stream(fold_export, tmp_path):
     np.testing.assert_allclose(submitted[blend.index].to_numpy(), blend.to_numpy(), atol=1e-6)
     rows = fold_export["rows"].set_index("row_id")
     assert np.abs(submitted[rows.index].to_numpy() - rows[MODEL].to_numpy()).max() > 1e-3
-    # the weight 04 chose on the inner split, the model's probabilities and the trees'
+    # the weights 04 chose on the inner split, each member's probabilities and the trees'
     blend_file = Bundle(fold_export["dataset"]).model("fold0").blend
-    weight = json.loads(blend_file.read_text())["weight"]
-    expected = logit_blend(rows[MODEL].to_numpy(), rows[TREES].to_numpy(), weight)
+    record = json.loads(blend_file.read_text())
+    scores = {ARCH_NAMES[0]: rows[MODEL], "trees": rows[TREES]}
+    scores.update({arch: rows[arch] for arch in ARCH_NAMES[1:]})
+    assert set(record["weights"]) == {*ARCH_NAMES, "trees"} and record["weight"] is None
+    columns = [(w, scores[name].to_numpy()) for name, w in record["weights"].items()]
+    expected = stacked_blend(columns, record["intercept"])
     np.testing.assert_allclose(submitted[rows.index].to_numpy(), expected, atol=1e-6)
 
 

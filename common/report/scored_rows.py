@@ -152,8 +152,8 @@ def streamed_blend(
         return trees, None
     model = predictions["model_prediction"].to_numpy(dtype=np.float64)
     members = member_predictions(path, predictions)
-    first = next(iter(stream_summary(folder).get("members") or {"model": None}))
-    blend = bundle.blend(model, trees, {first: model, **members})
+    primary = stream_summary(folder).get("arch", "saint")  # the model's architecture
+    blend = bundle.blend(model, trees, {primary: model, **members})
     _check_close(path, "prediction", predictions["prediction"], blend)
     return trees, blend
 

@@ -234,8 +234,9 @@ def run_emulated(run: Run, config: InferConfig) -> dict:
     table = stream_metrics(results, parts)
     bundle = getattr(state, "bundle", None)
     summary = stream_summary(config, checkpoint, state, table, bundle, timing)
-    # each architecture streamed and its checkpoint, the model's first (05 scores each
+    # the model's architecture, and each one streamed with its checkpoint (05 scores each
     # one's column of the predictions)
+    summary["arch"] = checkpoint["arch"]
     summary["members"] = {checkpoint["arch"]: checkpoint["path"]}
     summary["members"].update({name: c["path"] for name, (_, c) in others.items()})
     if bundle is not None:

@@ -287,9 +287,12 @@ def model_snapshot(
     device: torch.device,
 ) -> Snapshot:
     """The start state of `model`'s stream: each student's first length[s] questions,
-    the last ring_context of them in the rings (build_snapshot) and, for a recurrent
-    model, its state after the whole history (common.model.predict.final_states)."""
+    the last ring_context of them in the rings (build_snapshot; their past-event features
+    only for a model that reads them) and, for a recurrent model, its state after the
+    whole history (common.model.predict.final_states)."""
     snapshot = build_snapshot(sequences, users, length, model.config.ring_context)
+    if model.config.past_features == "none":  # attached for another model of the run
+        snapshot.fields.pop("past", None)
     if model.recurrent:
         kept = np.flatnonzero(length > 0)  # build_snapshot's students, in its order
         snapshot.states = final_states(model, sequences, kept, length[kept], device)

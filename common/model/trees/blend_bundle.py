@@ -130,7 +130,8 @@ class BlendBundle:
         weight."""
         if self.weights is not None:
             named = dict(members or {}, **{TREES_WEIGHT: trees})
-            columns = [(w, named[name]) for name, w in self.weights.items()]
+            # in the names' order: blend.json's (its keys sorted), whoever reads it
+            columns = [(w, named[name]) for name, w in sorted(self.weights.items())]
             return stacked_blend(columns, self.intercept)
         if self.weight is None:
             return np.asarray(model, dtype=np.float64)

@@ -170,7 +170,7 @@ def choose_fold_blend(
     if others:
         weights, intercept = choose_stack(labels, members, trees)
         named = dict(members, **{TREES_WEIGHT: trees})
-        blended = stacked_blend([(w, named[n]) for n, w in weights.items()], intercept)
+        blended = stacked_blend([(w, named[n]) for n, w in sorted(weights.items())], intercept)
     else:
         weight = choose_weight(labels, model, trees)
         blended = logit_blend(model, trees, weight)
