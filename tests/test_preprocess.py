@@ -18,8 +18,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from common.data.arrays import ANSWER_UNKNOWN, ROW_ARRAYS, TrainArrays
+from common.data.arrays import ROW_ARRAYS, TrainArrays
 from common.data.preprocess import PreprocessConfig, preprocess
+from common.data.question_fields import ANSWER_UNKNOWN
 from common.data.schema import (
     LECTURES_DTYPES,
     QUESTIONS_DTYPES,

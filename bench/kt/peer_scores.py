@@ -25,6 +25,7 @@ from bench.kt.plans import Context, DatasetPlan
 from common.errors import UserError
 from common.files import write_text
 from common.metrics import auc_or_nan, paired_bootstrap_auc_difference
+from common.model.registry import ARCH_NAMES
 from common.workspace import Workspace
 
 OURS = {
@@ -32,6 +33,8 @@ OURS = {
     "trees_prediction": "ours: trees",
     "prediction": "ours: blend",
 }
+# a run of several architectures: each other one's own probabilities (04's column)
+OURS.update({f"{arch}_prediction": f"ours: {arch}" for arch in ARCH_NAMES[1:]})
 COLUMNS = [
     "dataset", "split", "multi_skill_rows", "model", "folds", "auc_mean", "auc_std",
     "auc_pooled", "rows_scored", "model_minus", "model_minus_low", "model_minus_high",
@@ -67,7 +70,8 @@ def fold_rows(ctx: Context, plan: DatasetPlan, ours: Workspace, k: int) -> pd.Da
         raise ValueError(f"{stream}: its rows are not the rows of {data}")
     rows["label"] = ours.loc[row_id, "answered_correctly"].to_numpy()
     for column in OURS:
-        rows[column] = ours.loc[row_id, column].to_numpy()
+        if column in ours:  # another architecture's, where the run has several
+            rows[column] = ours.loc[row_id, column].to_numpy()
     common = rows.loc[~rows["first_step"], "row_id"]
     for peer in RUN_KEYS:
         path = peer_fold_dir(ctx, plan, k) / peer / "predictions.csv"

@@ -100,6 +100,11 @@ def our_context(args: argparse.Namespace) -> Context:
     return ctx
 
 
+def our_model(ctx: Context) -> str:
+    """The model --ours runs (bench.kt.run's --models; OUR_MODEL by default)."""
+    return ctx.args.models[0]
+
+
 def export_fold(ctx: Context, plan: DatasetPlan, prep: Workspace, k: int) -> Path:
     """The fold's npz for the peers (fold k of the prep workspace), cut with our run's
     inner share and seed."""
@@ -154,9 +159,10 @@ def run_grid_fold(ctx: Context, plan: DatasetPlan, prep: Workspace, k: int, p: P
     fold's steps from it, whichever side runs)."""
     data = export_fold(ctx, plan, prep, k)
     if "ours" in p.sides:
-        ours = kt_run.prepare_model_dir(ctx, plan, OUR_MODEL, prep)
-        print(f"{plan.preset} ({plan.split}) fold {k}: ours", flush=True)
-        kt_run.run_fold(ctx, plan, OUR_MODEL, ours, k)
+        model = our_model(ctx)
+        ours = kt_run.prepare_model_dir(ctx, plan, model, prep)
+        print(f"{plan.preset} ({plan.split}) fold {k}: ours ({model})", flush=True)
+        kt_run.run_fold(ctx, plan, model, ours, k)
     if "peers" not in p.sides:
         return
     for peer in p.peers:
@@ -296,7 +302,7 @@ def run_bench(argv: list[str] | None) -> int:
             # the tables so far after each fold, without the bootstrap (minutes a table)
             try:
                 peer_scores.write_tables(
-                    ctx, every, OUR_MODEL, args.results, 0, p.seq_len, args.replace
+                    ctx, every, our_model(ctx), args.results, 0, p.seq_len, args.replace
                 )
             except UserError as error:  # said again, and refused, at the end
                 print(f"tables not written yet: {error}", flush=True)
@@ -306,7 +312,7 @@ def run_bench(argv: list[str] | None) -> int:
 def write_tables(ctx: Context, plans, args: argparse.Namespace, bootstrap: int, seq_len: int):
     """The tables at --results from every finished fold, printed."""
     text = peer_scores.write_tables(
-        ctx, plans, OUR_MODEL, args.results, bootstrap, seq_len, args.replace
+        ctx, plans, our_model(ctx), args.results, bootstrap, seq_len, args.replace
     )
     print(text)
     print(f"wrote {relative(args.results.with_suffix('.csv'))} and .txt")

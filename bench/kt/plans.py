@@ -16,6 +16,7 @@ from pathlib import Path
 from bench.benchlib import RECIPES, recipe_flags
 from common.cli import recipe_config, to_argv
 from common.data.folds import FoldConfig
+from common.runs.folders import trained_fields
 from common.train.config import TrainConfig
 from common.workspace import ModelFolder
 
@@ -54,6 +55,25 @@ MODEL_FLAGS = {
         "--past-features", "head",
     ),
 }  # fmt: skip
+# the families: SAINT as above, the LSTM and the Last Query Transformer RNN (03 --arch), the
+# recurrent ones over the same inputs (Rasch skill embeddings, the answered question per
+# (question, response) pair in the key stream, the past-event features with the query),
+# blended with the trees by 04; its SAINT is the run of FAMILY_BASE's flags
+RECURRENT_FLAGS = tuple(
+    flag
+    for arch in ("lstm", "lqrnn")
+    for flag in (
+        f"--{arch}-d-model", "64", f"--{arch}-question-embedding", "rasch",
+        f"--{arch}-decoder-features", "question", f"--{arch}-past-features", "encoder",
+    )
+)  # fmt: skip
+MODEL_FLAGS["families"] = (
+    *MODEL_FLAGS["saint-rasch-readout-past-head"], "--arch", "saint,lstm,lqrnn",
+    *RECURRENT_FLAGS, "--lqrnn-heads", "4",
+)  # fmt: skip
+# a model whose first architecture is another model's whole run: a fold finished there
+# seeds it (its 03 files copied; --resume trains the other architectures beside it)
+FAMILY_BASE = {"families": "saint-rasch-readout-past-head"}
 # the baselines alone (05's three, the trees included) on each fold's stream
 # rows, without a model: cheap rows for the table
 BASELINES_ONLY = "baselines"
@@ -74,6 +94,7 @@ MODEL_NAMES = {
     "saint-rasch-readout-past-head": (
         "SAINT + Rasch skill embeddings + AKT read-out + past features (head)"
     ),
+    "families": "SAINT, LSTM and LQ-RNN, stacked with the trees",
     BASELINES_ONLY: BASELINES_ONLY,
 }  # fmt: skip
 # the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine
@@ -165,7 +186,8 @@ class TrainSettings:
         return ModelFolder(Path()).epoch_checkpoint(self.train.epochs).name
 
     def key(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True)
+        settings = asdict(self) | {"train": trained_fields(asdict(self.train))}
+        text = json.dumps(settings, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 

@@ -16,15 +16,24 @@ same weights; speed.json in --out-dir (bench/kt/peer_speed.py's table).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-try:  # a script in pyKT's venv: its sibling
-    import pykt_peer as peer
-except ImportError:  # imported as bench.kt.pykt_trim (the project's tests)
-    from bench.kt import pykt_peer as peer
+
+def _sibling(name: str):
+    """bench/kt/<name>.py, loaded from its file: this script runs in pyKT's venv, where
+    neither `bench` nor the project is importable."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+peer = _sibling("pykt_peer")
 
 CHECK_TOLERANCE = 1e-5  # --check-trim: largest difference allowed, trimmed against padded
 

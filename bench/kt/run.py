@@ -58,6 +58,7 @@ from bench.kt.plans import (
     BENCH_DEFAULTS,
     BENCH_KNOBS,
     DEFAULT_MODELS,
+    FAMILY_BASE,
     MODEL_FLAGS,
     MODEL_NAMES,
     MODELS,
@@ -78,7 +79,7 @@ from common.model.trees.boosting import TREES, TreesConfig
 from common.report.evaluate import EvaluateConfig
 from common.report.scored_rows import baseline_columns, streamed_entries
 from common.train.config import TrainConfig, add_train_flags
-from common.workspace import Workspace
+from common.workspace import ModelFolder, Workspace
 
 SLICE_SEED = 0
 PUBLISHED = Path(__file__).with_name("published_kt_results.csv")
@@ -238,11 +239,31 @@ def run_fold(ctx: Context, plan: DatasetPlan, model: str, workspace: Workspace, 
     return result
 
 
+def seed_primary(ctx: Context, plan: DatasetPlan, model: str, fold: FoldRun) -> None:
+    """A model of FAMILY_BASE: its first architecture is the base model's run, so a fold
+    the base has finished seeds it (03's files of the fold copied where the model has
+    none yet; its 03 --resume keeps them and trains the other architectures)."""
+    base = FAMILY_BASE.get(model)
+    if base is None or fold.folder.path.exists():
+        return
+    source = FoldRun(Workspace(ctx.model_dir(plan, base)), fold=fold.fold).folder
+    if not (source.path / ModelFolder.BEST).exists():
+        return
+    fold.folder.path.mkdir(parents=True)
+    seeded = {source.history.name, source.config.name, source.inner_predictions.name}
+    seeded.add(source.record("train").name)
+    for path in source.path.iterdir():
+        if path.is_file() and (path.suffix == ".pt" or path.name in seeded):
+            shutil.copy2(path, fold.folder.path / path.name)
+    print(f"  seeded from {relative(source.path)} ({base})", flush=True)
+
+
 def train_and_score(
     ctx: Context, plan: DatasetPlan, model: str, workspace: Workspace, k: int
 ) -> dict:
     """03 and 04 on fold k, then 05 scoring it: the fold's result."""
     fold, logs = FoldRun(workspace, fold=k), workspace.path / "logs"
+    seed_primary(ctx, plan, model, fold)
     train_flags, stream_flags = fold_flags(ctx, model)
     wall = train_and_stream(fold, train_flags, stream_flags, logs=logs, label=f"fold {k}")
     evaluate = evaluate_command(ctx, plan, workspace, k)

@@ -56,17 +56,23 @@ def check_run_name(name: str) -> str:
 
 
 def identity(train_config: dict) -> dict:
-    """The fields of a TrainConfig dict that define the experiment (not RUN_CONTROL), less
-    the config sections of architectures it does not train (common.model.registry); a
-    run of SAINT alone leaves `arch` out, so that its identity (and default name) is the
-    one it had before runs could train several architectures."""
+    """The fields of a TrainConfig dict that define the experiment (not RUN_CONTROL), of
+    the architectures it trains (trained_fields)."""
+    return json_values(
+        {k: v for k, v in trained_fields(train_config).items() if k not in RUN_CONTROL}
+    )
+
+
+def trained_fields(train_config: dict) -> dict:
+    """A TrainConfig dict less the config sections of architectures it does not train
+    (common.model.registry); a run of SAINT alone leaves `arch` out too, so that what
+    names it (its identity, a benchmark's settings key) is what it was before runs could
+    train several architectures."""
     arch = tuple(train_config.get("arch") or (DEFAULT_ARCH,))
     unused = {a.section for name, a in ARCHITECTURES.items() if name not in arch}
     if arch == (DEFAULT_ARCH,):
         unused.add("arch")
-    return json_values(
-        {k: v for k, v in train_config.items() if k not in RUN_CONTROL and k not in unused}
-    )
+    return {k: v for k, v in train_config.items() if k not in unused}
 
 
 def run_name(config: TrainConfig) -> str:
