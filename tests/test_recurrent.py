@@ -7,6 +7,7 @@ registry rebuilds them from their checkpoints."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -30,7 +31,7 @@ from common.train.build import build
 from common.train.config import TrainConfig
 from common.train.recurrent import epoch_schedule, lane_resets, rank_lanes, step_batch
 from common.workspace import Workspace
-from tests.helpers import make_tiny_demo
+from tests.helpers import make_tiny_demo, run_numbered_script
 
 CPU = torch.device("cpu")
 CONFIGS = {
@@ -234,3 +235,41 @@ def test_a_checkpoint_rebuilds_the_architecture(arch, tmp_path):
     assert loaded.config == model.config
     for name, value in model.state_dict().items():
         assert torch.equal(value, loaded.state_dict()[name])
+
+
+def test_a_resumed_run_of_every_family_ends_with_the_uninterrupted_weights(demo, tmp_path):
+    """03 --arch saint,lstm,lqrnn for 2 epochs; then, from each member's epoch 1
+    checkpoint alone (where a kill after epoch 1 leaves it), --resume: every member ends
+    with the same weights (the lanes' schedule of each epoch, the dropout's draws and the
+    optimizer continue where the checkpoint left them)."""
+    tiny = [
+        "--run", "r", "--arch", "saint,lstm,lqrnn", "--d-model", 8, "--heads", 2,
+        "--layers", 1, "--window", 20, "--lstm-d-model", 8, "--lstm-window", 20,
+        "--lqrnn-d-model", 8, "--lqrnn-heads", 2, "--lqrnn-window", 20, "--batch-size", 8,
+        "--no-progress", "--device", "cpu", "--epochs", 2,
+    ]  # fmt: skip
+    folders = {}
+    for name in ("whole", "resumed"):
+        out = tmp_path / name
+        shutil.copytree(demo / "data", out / "data")
+        shutil.copytree(demo / "folds", out / "folds")
+        folders[name] = Workspace(out).run("r").fold(0)
+    done = run_numbered_script("03_train.py", "--output-dir", tmp_path / "whole", *tiny)
+    assert done.returncode == 0, done.stdout + done.stderr
+    members = {arch: (lambda f, a=arch: f if a == "saint" else f.member(a)) for arch in CONFIGS}
+    members["saint"] = lambda f: f
+    for member in members.values():
+        source, target = member(folders["whole"]), member(folders["resumed"])
+        target.path.mkdir(parents=True, exist_ok=True)
+        for name in (source.epoch_checkpoint(1).name, source.config.name):
+            shutil.copyfile(source.path / name, target.path / name)
+    done = run_numbered_script(
+        "03_train.py", "--output-dir", tmp_path / "resumed", *tiny, "--resume"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for arch, member in members.items():
+        got = torch.load(member(folders["resumed"]).epoch_checkpoint(2), weights_only=False)
+        want = torch.load(member(folders["whole"]).epoch_checkpoint(2), weights_only=False)
+        state, reference = got["model_state"], want["model_state"]
+        assert all(torch.equal(state[k], reference[k]) for k in reference), arch
+        assert "resumed after epoch 1" in done.stdout

@@ -341,17 +341,20 @@ def test_micro_batches_give_the_whole_batch_gradient(demo):
 
 @pytest.mark.slow
 def test_distributed_training_with_two_processes(demo, tmp_path):
-    """torchrun with 2 CPU processes (gloo): trains two folds in one process group, one
-    process writes one set of checkpoints and one runs.csv row per fold; a refused fold
-    folder stops both processes with the message (no process left waiting)."""
+    """torchrun with 2 CPU processes (gloo): trains two folds in one process group, SAINT
+    and a recurrent model (the LSTM's lanes split between the processes, every process
+    stepping at every step), one process writes one set of checkpoints and one runs.csv
+    row per fold and architecture; a refused fold folder stops both processes with the
+    message (no process left waiting)."""
     out = fresh_run(demo, tmp_path)
     # "--": torchrun would read the script's --run as an abbreviation of its --run-path
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--"]
     env_threads = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        printed = train(out, "--epochs", "2", "--fold", "0,1", launcher=launcher)
-        args = ["--output-dir", out, "--run", RUN, *TINY, "--epochs", "2", "--fold", "1"]
+        lstm = ("--arch", "saint,lstm", "--lstm-d-model", "8", "--lstm-window", "20")
+        printed = train(out, "--epochs", "2", "--fold", "0,1", *lstm, launcher=launcher)
+        args = ["--output-dir", out, "--run", RUN, *TINY, "--epochs", "2", "--fold", "1", *lstm]
         refused = run_numbered_script("03_train.py", *args, launcher=launcher, timeout=300)
     finally:
         if env_threads is None:
@@ -360,11 +363,13 @@ def test_distributed_training_with_two_processes(demo, tmp_path):
             os.environ["OMP_NUM_THREADS"] = env_threads
     assert refused.returncode != 0 and "already holds this config's run" in refused.stderr
     for k in (0, 1):
-        written = sorted(p.name for p in run_of(out).fold(k).path.glob("*.pt"))
-        assert written == ["best.pt", "epoch_01.pt", "epoch_02.pt"], k
-    assert printed.count("epoch 2:") == 2  # only rank 0 reports, once per fold
+        for folder in (run_of(out).fold(k), run_of(out).fold(k).member("lstm")):
+            written = sorted(p.name for p in folder.path.glob("*.pt"))
+            assert written == ["best.pt", "epoch_01.pt", "epoch_02.pt"], (k, folder.path)
+    assert printed.count("epoch 2:") == 4  # only rank 0 reports, once per fold and model
     runs = pd.read_csv(Workspace(out).runs_table)
-    assert runs["folds"].tolist() == [0, 1] and (runs["stage"] == "train").all()
+    assert runs["folds"].tolist() == [0, 0, 1, 1] and (runs["stage"] == "train").all()
+    assert runs["model"].tolist()[:2] == ["saint+", "lstm"]
     folder = fold0_folder(out)
     history = pd.read_csv(folder.history)
     assert history["epoch"].tolist() == [1, 2]
