@@ -8,6 +8,11 @@ pykt_peer's window and batch code runs here on a stand-in model."""
 from __future__ import annotations
 
 import ast
+import functools
+import json
+import shutil
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,11 +22,12 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from bench.fold_run import FoldRun
-from bench.kt import peer_scores, pykt_peer
+from bench.kt import peer_scores, peers, pykt_peer
 from bench.kt.peer_data import concept_ids, fold_splits, peer_fold_dir, student_steps
 from bench.kt.plans import DatasetPlan
 from common.data.dataset import Dataset
 from common.data.fold_data import load_fold_data
+from common.errors import UserError
 from common.metrics import paired_bootstrap_auc_difference
 from common.workspace import Workspace
 from tests.helpers import REPO, run_numbered_script
@@ -235,3 +241,80 @@ def test_fold_rows_refuse_a_peer_that_missed_a_common_row(tmp_path):
     )
     with pytest.raises(ValueError, match="expected a prediction for each"):
         peer_scores.fold_rows(ctx, plan, model_dir, 0)
+
+
+def toy_finished_fold(tmp_path):
+    """The toy fold of the test above, finished by ours and DKT: (ctx, plan)."""
+    plan = DatasetPlan("toy", "s", (), 1, "")
+    ctx = SimpleNamespace(
+        dataset_dir=lambda p: tmp_path / "ds",
+        model_dir=lambda p, m: tmp_path / "model",
+        args=SimpleNamespace(work_dir=tmp_path, multi_skill_rows="keep"),
+    )
+    folder = peer_fold_dir(ctx, plan, 0)
+    folder.mkdir(parents=True)
+    np.savez(
+        folder / "data.npz", test_offsets=np.array([0, 3, 6]),
+        test_row_id=np.arange(10, 16), test_row_step=np.arange(6),
+        test_c=np.array([1, 1, 2, 0, 3, 3]),
+    )  # fmt: skip
+    stream = FoldRun(Workspace(tmp_path / "model"), fold=0).folder.stream_predictions
+    stream.parent.mkdir(parents=True)
+    ours = pd.DataFrame({"row_id": np.arange(10, 16), "answered_correctly": [0, 1, 0, 1, 1, 0]})
+    for column in ("model_prediction", "trees_prediction", "prediction"):
+        ours[column] = np.linspace(0.1, 0.9, 6)
+    ours.to_parquet(stream)
+    peer = folder / "dkt-pykt"
+    peer.mkdir()
+    pd.DataFrame({"row_id": [11, 12, 14, 15], "prediction": [0.2, 0.7, 0.4, 0.6]}).to_csv(
+        peer / "predictions.csv", index=False
+    )
+    result = {
+        "best_epoch": 3, "epochs_run": 8, "wall_seconds": 10.0, "seconds_per_epoch": 1.0,
+        "size": "d 200", "source": "a test", "pykt_source": "pykt-toolkit (a test)",
+    }  # fmt: skip
+    (peer / "result.json").write_text(json.dumps(result))
+    return ctx, plan
+
+
+def test_the_tables_never_drop_what_a_finished_run_wrote(tmp_path):
+    """A partial run never overwrites finished results: with nothing finished the tables
+    are refused (naming where they were looked for); tables that would lose a row the
+    existing ones hold are refused unless --replace; a run that keeps every row writes."""
+    ctx, plan = toy_finished_fold(tmp_path / "work")
+    results = tmp_path / "results" / "kt_peers"
+    write = functools.partial(peer_scores.write_tables, ctx, [plan], "m", results, 0, 200)
+    write()
+    table = pd.read_csv(results.with_suffix(".csv"))
+    assert set(table["model"]) == {"ours: model", "ours: trees", "ours: blend", "DKT (pyKT's size)"}
+    before = results.with_suffix(".csv").read_bytes()
+    shutil.rmtree(peer_fold_dir(ctx, plan, 0) / "dkt-pykt")  # a work folder without DKT
+    with pytest.raises(UserError, match=r"holds 1 row\(s\) the work folder .* DKT"):
+        write()
+    assert results.with_suffix(".csv").read_bytes() == before  # nothing written
+    write(replace=True)
+    assert "DKT (pyKT's size)" not in set(pd.read_csv(results.with_suffix(".csv"))["model"])
+    empty_ctx, empty_plan = SimpleNamespace(**vars(ctx)), plan
+    empty_ctx.model_dir = lambda p, m: tmp_path / "nothing"
+    with pytest.raises(UserError, match="no finished fold"):
+        peer_scores.write_tables(empty_ctx, [empty_plan], "m", tmp_path / "t", 0, 200)
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_the_peers_bench_refuses_bad_flags_and_a_venv_without_pykt(tmp_path, capsys):
+    """Before any work: folds beyond the splits, a work folder that is a file, a missing
+    source folder, a pyKT python that does not exist or has no pyKT."""
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    for flags, words in (
+        (["--folds", "9"], "--folds 9: the splits of --grid have folds 0-4"),
+        (["--work-dir", str(a_file)], "is a file, not a folder"),
+        (["--source-root", str(tmp_path / "none")], "no such folder"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            peers.parse_args(flags)
+        assert stop.value.code == 2 and words in capsys.readouterr().err
+    with pytest.raises(UserError, match=r"no such file; run scripts/setup_pykt_env\.sh"):
+        peers.check_pykt(tmp_path / "python", ["dkt"])
+    with pytest.raises(UserError, match="cannot import the models of --peers dkt"):
+        peers.check_pykt(Path(sys.executable), ["dkt"])  # the project's venv: no pyKT
