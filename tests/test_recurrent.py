@@ -273,3 +273,26 @@ def test_a_resumed_run_of_every_family_ends_with_the_uninterrupted_weights(demo,
         state, reference = got["model_state"], want["model_state"]
         assert all(torch.equal(state[k], reference[k]) for k in reference), arch
         assert "resumed after epoch 1" in done.stdout
+
+
+def test_a_run_takes_more_architectures_with_resume_and_keeps_the_trained_one(demo, tmp_path):
+    """A run of SAINT, then the same config with --arch saint,lstm --resume: SAINT's
+    fold is kept as it was (finished, not trained again) and the LSTM trains beside it;
+    without --resume the wider config is another run's and is refused."""
+    out = tmp_path / "out"
+    shutil.copytree(demo / "data", out / "data")
+    shutil.copytree(demo / "folds", out / "folds")
+    base = [
+        "--output-dir", out, "--run", "x", "--d-model", 8, "--heads", 2, "--layers", 1,
+        "--window", 20, "--batch-size", 8, "--epochs", 1, "--no-progress",
+    ]  # fmt: skip
+    wider = ["--arch", "saint,lstm", "--lstm-d-model", 8, "--lstm-window", 20]
+    assert run_numbered_script("03_train.py", *base).returncode == 0
+    fold = Workspace(out).run("x").fold(0)
+    saint = fold.checkpoint().read_bytes()
+    refused = run_numbered_script("03_train.py", *base, *wider)
+    assert refused.returncode == 2 and "another config" in refused.stderr
+    done = run_numbered_script("03_train.py", *base, *wider, "--resume")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert fold.checkpoint().read_bytes() == saint and "finished already" in done.stdout
+    assert fold.member("lstm").checkpoint().exists()
