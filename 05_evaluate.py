@@ -17,6 +17,7 @@ from common import cli
 from common.errors import UserError
 from common.files import check_writable
 from common.report.evaluate import EvaluateConfig, Evaluation, evaluate
+from common.report.render import blend_weights
 from common.runs.folders import choose_run
 from common.runs.table import latest_run, runs_text
 from common.workspace import Workspace
@@ -70,9 +71,11 @@ def report(head: Evaluation) -> None:
         )
     for name, auc in head.baselines.items():
         print(f"{name} baseline AUC {auc:.4f} (lift {head.lift[name]:+.4f})")
+    for name, auc in head.members.items():
+        print(f"{name} AUC {auc:.4f} (another architecture of the run)")
     if head.blend_auc is not None:
-        weights = ", ".join(f"fold {k}: {c['weight']:g}" for k, c in head.blend.items())
-        print(f"blend AUC {head.blend_auc:.4f} (model's weight, from the inner split: {weights})")
+        weights = blend_weights(head)
+        print(f"blend AUC {head.blend_auc:.4f} (weights, from the inner split: {weights})")
     for reason in head.no_blend:
         print(f"no blend for {reason}")
     if head.oracle_auc is not None:

@@ -146,6 +146,7 @@ def headline(table: pd.DataFrame) -> Evaluation:
         baselines=baselines,
         blend_auc=float(pooled.loc[BLEND, "auc"]) if BLEND in pooled.index else None,
         oracle_auc=float(pooled.loc[ORACLE, "auc"]) if ORACLE in pooled.index else None,
+        members={n: float(pooled.loc[n, "auc"]) for n in ARCH_NAMES if n in pooled.index},
         lift={name: float(model["auc"]) - auc for name, auc in baselines.items()},
         fold_aucs=[float(a) for a in per_fold],
         auc_fold_mean=float(np.mean(per_fold)),

@@ -41,6 +41,8 @@ class Evaluation:
     baselines: dict[str, float]  # name: pooled AUC
     blend_auc: float | None
     oracle_auc: float | None  # None without the demo's true probabilities
+    # every other architecture of a run of several (03 --arch): name: its pooled AUC
+    members: dict[str, float]
     lift: dict[str, float]  # the model's AUC minus each baseline's
     fold_aucs: list[float]
     auc_fold_mean: float

@@ -170,22 +170,30 @@ def headline_lines(head: Evaluation, config: EvaluateConfig) -> str:
     return "\n".join(f"- {line}" for line in lines) + "\n"
 
 
-def blend_line(head) -> str:
-    """The headline's blend: its AUC and the weights each fold chose."""
-    stacked = any(choice.get("weights") for choice in head.blend.values())
-    if not stacked:
-        weights = ", ".join(f"fold {k}: {choice['weight']:g}" for k, choice in head.blend.items())
-        return (
-            f"**Blend AUC {head.blend_auc:.4f}**: the model's and the trees' "
-            f"logits, the model's weight chosen on each fold's inner split ({weights})."
-        )
-    folds = "; ".join(
+def blend_weights(head) -> str:
+    """The weights each fold's blend chose: the model's, or a stacked blend's per member."""
+    if not any(choice.get("weights") for choice in head.blend.values()):
+        return ", ".join(f"fold {k}: {choice['weight']:g}" for k, choice in head.blend.items())
+    return "; ".join(
         f"fold {k}: " + ", ".join(f"{n} {w:+.3f}" for n, w in choice["weights"].items())
         for k, choice in head.blend.items()
     )
+
+
+def blend_line(head) -> str:
+    """The headline's blend: its AUC and the weights each fold chose; each other
+    architecture's AUC."""
+    members = "".join(f" {name} alone: {auc:.4f}." for name, auc in head.members.items())
+    if not any(choice.get("weights") for choice in head.blend.values()):
+        return (
+            f"**Blend AUC {head.blend_auc:.4f}**: the model's and the trees' "
+            f"logits, the model's weight chosen on each fold's inner split "
+            f"({blend_weights(head)}).{members}"
+        )
     return (
         f"**Blend AUC {head.blend_auc:.4f}**: a logistic regression over every "
-        f"architecture's and the trees' logits, fitted on each fold's inner split ({folds})."
+        f"architecture's and the trees' logits, fitted on each fold's inner split "
+        f"({blend_weights(head)}).{members}"
     )
 
 
