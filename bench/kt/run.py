@@ -18,8 +18,9 @@ through the API emulator), 05_evaluate.py --folds k (AUC, accuracy at 0.5 and th
 baselines). Every fold's numbers and commands go to <work-dir>/.../results/fold{k}.json;
 a fold whose file exists is skipped (restartable) unless --force. The section (config,
 table, published AUCs, protocol notes, one fold's commands) is printed at the end and
-written to --results, bench/results/kt.txt by default, after every fold and at the end
-(no file for a --slice run unless --results names one).
+written to --results (by default kt.txt in the work folder: a partial run never rewrites
+the committed bench/results/kt.txt unless named) after every fold and at the end (no file
+for a --slice run unless --results names one).
 
 The model is scored from the last epoch's checkpoint (--checkpoint last) with early stopping
 off, trained on all of the fold's training students (03 --select-on fold, whose best.pt
@@ -385,16 +386,16 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--work-dir", type=Path, default=benchlib.WORK / "kt")
     p.add_argument("--published", type=Path, default=PUBLISHED)
     p.add_argument("--source-root", type=Path, default=benchlib.SHARED_DATA)
-    kept = "bench/results/kt.txt; none for a --slice run"
+    kept = "<work-dir>/kt.txt, none for a --slice run; the committed section: bench/results/kt.txt"
     p.add_argument("--results", type=Path, help=f"where the section is written (default {kept})")
     p.add_argument("--force", action="store_true", help="redo finished steps and folds")
     p.add_argument("--table-only", action="store_true", help=TABLE_ONLY)
     args = p.parse_args(argv)
     if args.slice_students is not None and args.slice_students < 1:
         p.error(f"--slice: expected a positive number of students, got {args.slice_students}")
-    if args.results is None and not args.slice_students:
-        args.results = benchlib.RESULTS / "kt.txt"
     args.work_dir, args.source_root = args.work_dir.resolve(), args.source_root.resolve()
+    if args.results is None and not args.slice_students:  # never a committed file unasked
+        args.results = args.work_dir / "kt.txt"
     extra = tuple(shlex.split(args.train_extra))
     settings = TrainSettings(config_from_args(TrainConfig, args), args.checkpoint, extra)
     command = [sys.executable, "-m", "bench.kt.run", *(sys.argv[1:] if argv is None else argv)]
