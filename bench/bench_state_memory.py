@@ -10,6 +10,14 @@ students until the cache pool is full. Each phase prints the process's peak RSS 
 bundle is written by a child process, so the peak is the state's alone.
 
     python -m bench.bench_state_memory          # bench/results/state_memory.txt
+    python -m bench.bench_state_memory --families --results bench/results/state_memory_families.txt
+
+--families: the bundle ships every architecture family (configs/riiid.toml's LSTM and
+LQ-RNN beside SAINT, fresh weights, each student's recurrent state in their snapshots)
+and the notebook streams their stacked blend with the trees; the state's memory, and
+the stream's rows/s over groups of 18 to 33 students who are cached already (the
+steady state) and over the groups that filled the pool (each student's first group
+builds their SAINT cache).
 """
 
 from __future__ import annotations
@@ -26,16 +34,20 @@ import pandas as pd
 import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from bench.benchlib import Report, load_average, peak_gb, results_flag
+from bench.benchlib import RECIPES, Report, load_average, peak_gb, results_flag
+from common.cli import recipe_config
 from common.data.past_features import CATEGORICAL, FEATURE_NAMES
 from common.data.past_state import FeatureSnapshot
 from common.data.question_rates import QuestionRates
+from common.model.checkpoint import save_model
+from common.model.registry import ARCH_NAMES, build_model
 from common.model.saint import SAINT, ModelConfig
-from common.model.trees.blend_bundle import BlendBundle
+from common.model.trees.blend_bundle import TREES_WEIGHT, BlendBundle
 from common.model.trees.boosting import TreesConfig, to_trees
 from common.stream.blend_state import BlendState
 from common.stream.kaggle_notebook import COMPETITION_STATE_GB, bundle_state
 from common.stream.online import FIELD_DTYPES, Snapshot
+from common.train.config import TrainConfig
 from common.workspace import Bundle, ModelFolder
 
 STUDENTS, QUESTIONS = 393_656, 13_523
@@ -49,15 +61,18 @@ def history_lengths(students: int) -> np.ndarray:
     return np.minimum(rng.geometric(1 / 257, students), 17_000).astype(np.int64)
 
 
-def synthetic_snapshot(length: int, path: Path, n_items: np.ndarray) -> None:
-    """The model's snapshot: each student's last `length` questions."""
+def synthetic_snapshot(
+    length: int, path: Path, n_items: np.ndarray, states: np.ndarray | None = None
+) -> None:
+    """The model's snapshot: each student's last `length` questions (and a recurrent
+    model's `states`)."""
     rng = np.random.default_rng(0)
     students = len(n_items)
     fields = {k: np.zeros((students, length), dtype=d) for k, d in FIELD_DTYPES.items()}
     fields["question"][:] = rng.integers(0, QUESTIONS, (1, length))
     fields["timestamp"][:] = np.arange(length) * GAP_MS
     users = np.arange(students, dtype=np.int64)
-    Snapshot(users, n_items, n_items - 1, fields).save(path)
+    Snapshot(users, n_items, n_items - 1, fields, states).save(path)
 
 
 def synthetic_feature_snapshot(n_items: np.ndarray) -> FeatureSnapshot:
@@ -112,8 +127,10 @@ def synthetic_blend(rows: int = 20_000) -> BlendBundle:
     return BlendBundle(trees, rates, skill, 0.5, record)
 
 
-def write_bundle(bundle: Bundle, students: int, length: int) -> None:
-    """The bundle's state/ and <MODEL>/ trees, as 04's export lays them out."""
+def write_bundle(bundle: Bundle, students: int, length: int, families: bool = False) -> None:
+    """The bundle's state/ and <MODEL>/ trees, as 04's export lays them out; with
+    `families`, every other architecture's checkpoint and snapshot (recurrent states)
+    beside them, and the stacked blend's weights."""
     n_items = history_lengths(students)
     bundle.state.mkdir(parents=True)
     np.save(str(bundle.parts), np.random.default_rng(3).integers(1, 8, QUESTIONS, np.int8))
@@ -123,22 +140,42 @@ def write_bundle(bundle: Bundle, students: int, length: int) -> None:
     np.save(str(bundle.skills), blend.skill)  # skill by question, as 04 ships it
     model = bundle.model(MODEL)
     model.path.mkdir()
+    if families:
+        for member in family_members():
+            model.member(member.arch).path.mkdir()
+            save_model(model.member(member.arch).checkpoint(), member)
+            states = np.zeros((students, *member.empty_cache(1).to_arrays().shape[1:]), np.float32)
+            path = bundle.member_snapshot(member.arch)
+            synthetic_snapshot(member.config.ring_context, path, n_items, states)
+        names = [*ARCH_NAMES, TREES_WEIGHT]
+        blend.weight, blend.weights = None, {name: 0.25 for name in names}
     blend.save(model)
 
 
-def write_bundle_apart(bundle: Bundle, students: int, length: int) -> None:
+def family_members() -> list:
+    """Fresh models of every other architecture, at configs/riiid.toml's sizes."""
+    members = []
+    for arch in ARCH_NAMES[1:]:
+        config, _ = recipe_config(RIIID_RECIPE, "train", TrainConfig, leave_out=("fold",))
+        members.append(build_model(arch, config.model_config(QUESTIONS, arch=arch)).eval())
+    return members
+
+
+def write_bundle_apart(bundle: Bundle, students: int, length: int, families: bool) -> None:
     """write_bundle in a child process: its arrays never count in this one's peak."""
-    child = get_context("fork").Process(target=write_bundle, args=(bundle, students, length))
+    args = (bundle, students, length, families)
+    child = get_context("fork").Process(target=write_bundle, args=args)
     child.start()
     child.join()
     if child.exitcode != 0:
         raise RuntimeError(f"writing the synthetic bundle failed (exit code {child.exitcode})")
 
 
-def group(users: np.ndarray, timestamp: int) -> pd.DataFrame:
-    """A test_df of one question per student, as the API serves it."""
+def group(users: np.ndarray, timestamp: int, previous_rows: int = 0) -> pd.DataFrame:
+    """A test_df of one question per student, as the API serves it; with previous_rows,
+    its first row carries the previous group's outcomes (all correct, answer 1)."""
     n = len(users)
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "row_id": np.arange(n),
             "timestamp": np.full(n, timestamp, dtype=np.int64),
@@ -152,6 +189,12 @@ def group(users: np.ndarray, timestamp: int) -> pd.DataFrame:
             "prior_group_responses": [np.nan] * n,
         }
     )
+    if previous_rows:
+        frame = frame.astype({"prior_group_answers_correct": object})
+        frame = frame.astype({"prior_group_responses": object})
+        frame.at[0, "prior_group_answers_correct"] = str([1] * previous_rows)
+        frame.at[0, "prior_group_responses"] = str([1] * previous_rows)
+    return frame
 
 
 def say_filled(say, state: BlendState, students: int, seconds: float) -> None:
@@ -159,7 +202,7 @@ def say_filled(say, state: BlendState, students: int, seconds: float) -> None:
     the reserve taken for it, and the model's rings and pool in what is left."""
     model = state.model_state.state_bytes()
     features = state.features.state_bytes()
-    reserved = state.model_state.reserved_bytes
+    reserved = state.model_state.store.budget.reserved_bytes
     questions = len(state.features.base[0])  # the snapshot's flat history
     say(f"filled {students:,} students in {seconds:.0f} s under a {COMPETITION_STATE_GB:g} GB "
         f"budget: {reserved / 1e9:.2f} GB reserved for the feature state, then rings for "
@@ -173,10 +216,33 @@ def say_filled(say, state: BlendState, students: int, seconds: float) -> None:
         f"student")  # fmt: skip
 
 
+RIIID_RECIPE = RECIPES / "riiid.toml"  # the families' sizes (its [train.lstm], [train.lqrnn])
+
+
+def steady_rows_per_s(state: BlendState, pool: int, groups: int, previous: int) -> str:
+    """The stream's rows/s over `groups` groups of 18 to 33 cached students, one new
+    question each (a later timestamp every group, the previous group's outcomes on its
+    first row: `previous` rows before the first): the Kaggle path's steady state."""
+    rng = np.random.default_rng(4)
+    rows, clock = 0, time.perf_counter()
+    for g in range(groups):
+        users = rng.choice(pool, size=int(rng.integers(18, 34)), replace=False)
+        state.predict(group(users, 10**12 + (g + 1) * GAP_MS, previous))
+        rows, previous = rows + len(users), len(users)
+    seconds = time.perf_counter() - clock
+    return (
+        f"steady stream of the blend: {rows:,} rows in {groups:,} groups of 18-33 cached "
+        f"students, {seconds:.1f} s, {rows / seconds:,.0f} rows/s; peak RSS {peak_gb():.2f} GB"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--students", type=int, default=STUDENTS)
     parser.add_argument("--threads", type=int, default=2)
+    families = "every architecture family in the bundle, their blend streamed (and timed)"
+    parser.add_argument("--families", action="store_true", help=families)
+    parser.add_argument("--groups", type=int, default=400, help="--families: groups timed")
     results_flag(parser, "state_memory")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -186,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = int(COMPETITION_STATE_GB * 1e9)
     with tempfile.TemporaryDirectory() as folder:
         bundle = Bundle(folder)
-        write_bundle_apart(bundle, args.students, model.config.receptive_field)
+        write_bundle_apart(bundle, args.students, model.config.receptive_field, args.families)
         say(f"synthetic bundle written (a child process); load avg {load_average()}")
         start = time.time()
         state = bundle_state(bundle, MODEL, model, torch.device("cpu"), 4096, budget)
@@ -195,12 +261,23 @@ def main(argv: list[str] | None = None) -> int:
     state.predict(group(np.array([10**9]), 10**12))
     say(f"a new student's first group (the pool allocated): peak RSS {peak_gb():.2f} GB")
     step, pool = 300, state.model_state.pool.size
+    clock = time.perf_counter()
+    previous = 0
     for first in range(0, pool, step):
-        state.predict(group(np.arange(first, min(first + step, pool)), 10**12))
+        users = np.arange(first, min(first + step, pool))
+        state.predict(group(users, 10**12, previous if args.families else 0))
+        previous = len(users)
+    filling = time.perf_counter() - clock
     held = state.state_bytes()
     say(f"{pool:,} students cached (the pool full): peak RSS {peak_gb():.2f} GB; the state "
         f"{held['total'] / 1e9:.2f} GB of which the feature state "
         f"{held['feature_state'] / 1e9:.2f} GB (Kaggle's notebooks have 13 GB)")  # fmt: skip
+    if args.families:
+        members = ", ".join(f"{n} {held[f'{n}_state'] / 1e9:.2f} GB" for n in state.others)
+        say(f"the other architectures' states: {members}; filling the pool ({pool:,} "
+            f"students, each one's first group a SAINT cache build) {pool / filling:,.0f} "
+            "rows/s")  # fmt: skip
+        say(steady_rows_per_s(state, pool, args.groups, previous))
     say.write()
     return 0
 
