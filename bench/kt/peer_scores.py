@@ -259,9 +259,26 @@ def write_tables(
             )
     results.parent.mkdir(parents=True, exist_ok=True)
     write_text(csv, frame.to_csv(index=False, float_format="%.6g"))
-    text = render(frame) + "\n\nAUC by slice of the rows:\n\n" + "\n\n".join(slices)
+    text = render(frame) + "\n\nEach peer's runs (means over its folds):\n\n" + render_runs(frame)
+    text += "\n\nAUC by slice of the rows:\n\n" + "\n\n".join(slices)
     write_text(results.with_suffix(".txt"), relative(text) + "\n")
     return text
+
+
+def render_runs(frame: pd.DataFrame) -> str:
+    """Each peer's size, epochs, seconds per epoch and where its hyperparameters come from."""
+    lines = [
+        "| data set (split) | peer | size | folds | epochs run | best epoch (inner split) "
+        "| s per epoch | hyperparameters from | pyKT |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    for r in frame[frame["config"].notna()].itertuples():
+        lines.append(
+            f"| {r.dataset} ({r.split}) | {r.model} | {r.size} | {r.folds} "
+            f"| {r.epochs_run:.1f} | {r.best_epoch:.1f} | {r.seconds_per_epoch:,.0f} "
+            f"| {r.config} | {r.pykt_source} |"
+        )
+    return "\n".join(lines)
 
 
 def _dropped_rows(csv: Path, frame: pd.DataFrame) -> list[str]:
