@@ -85,6 +85,10 @@ class Lookup(Embedder):
     def embed(self, model: nn.Module, values: Tensor) -> Tensor:
         return _table(model, self.table)(values)
 
+    def table_of(self, model: nn.Module) -> nn.Embedding:
+        """The embedding table this lookup reads, on `model`."""
+        return _table(model, self.table)
+
 
 @dataclass(frozen=True)
 class Response(Lookup):

@@ -88,6 +88,7 @@ class LQRNN(KTModel):
         self.apply(init_embeddings)
         for embedder in (*self.encoder_inputs, *self.decoder_inputs):
             embedder.init(self, config)
+        self._folded: dict = {}  # embed_concat's projected lookup tables (not state)
 
     def empty_cache(self, rows: int, size: int | None = None) -> RecurrentState:
         device = self.head.weight.device
