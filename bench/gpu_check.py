@@ -13,8 +13,9 @@ Steps, each a process of its own (what a user runs):
      test (bench_stream.py);
   4. streaming that demo run's blend of every family and the trees through 04_infer.py
      on the device: the Kaggle path's rows/s.
-Every step reads one demo of --users students, split as bench_stream.py splits its own
-(fold 0 trains on the first 97.5% of rows by virtual time and streams the rest).
+Every step reads one demo of --users students (40 with --quick), split as bench_stream.py
+splits its own (fold 0 trains on the first 97.5% of rows by virtual time and streams the
+rest).
 Targets on one H200-class GPU: training at least 1M interactions/s at the reference size
 (a full Riiid epoch of about 100M interactions in under 2 minutes), streaming at least
 10,000 rows/s.
@@ -125,6 +126,9 @@ def stream_rate(args: argparse.Namespace, data_out: Workspace, say: Report) -> d
     return json.loads(summary.read_text())
 
 
+QUICK_USERS = 40  # --quick: enough for every step, and a bf16 epoch on a CPU takes seconds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -143,7 +147,7 @@ def main() -> int:
     say = Report("gpu_check", args.results)
     say.header("GPU check (bench/gpu_check.py)")
     begin = time.perf_counter()
-    users = 100 if args.quick else args.users
+    users = QUICK_USERS if args.quick else args.users
     data = args.work_dir / f"demo{users}"
     data_out = make_demo(data / "input", data / "out", users, 0, STREAM_SPLIT, say=say)
     eager, compiled, plan = train_rates(args, data_out, say)
