@@ -277,10 +277,11 @@ def toy_finished_fold(tmp_path):
     return ctx, plan
 
 
-def test_the_tables_never_drop_what_a_finished_run_wrote(tmp_path):
+def test_the_tables_never_drop_what_a_finished_run_wrote(tmp_path, monkeypatch):
     """A partial run never overwrites finished results: with nothing finished the tables
     are refused (naming where they were looked for); tables that would lose a row the
-    existing ones hold are refused unless --replace; a run that keeps every row writes."""
+    existing ones hold are refused unless --replace, before any bootstrap; a run that
+    keeps every row writes."""
     ctx, plan = toy_finished_fold(tmp_path / "work")
     results = tmp_path / "results" / "kt_peers"
     write = functools.partial(peer_scores.write_tables, ctx, [plan], "m", results, 0, 200)
@@ -291,6 +292,15 @@ def test_the_tables_never_drop_what_a_finished_run_wrote(tmp_path):
     shutil.rmtree(peer_fold_dir(ctx, plan, 0) / "dkt-pykt")  # a work folder without DKT
     with pytest.raises(UserError, match=r"holds 1 row\(s\) the work folder .* DKT"):
         write()
+
+    def no_bootstrap(labels, first, second, clusters, n_resamples, seed):
+        assert n_resamples == 0, "bootstrapped a table that is refused"
+        return paired_bootstrap_auc_difference(labels, first, second, clusters, 0, seed)
+
+    with monkeypatch.context() as patch:  # refused before the bootstrap's minutes
+        patch.setattr(peer_scores, "paired_bootstrap_auc_difference", no_bootstrap)
+        with pytest.raises(UserError, match=r"holds 1 row\(s\)"):
+            peer_scores.write_tables(ctx, [plan], "m", results, 50, 200)
     assert results.with_suffix(".csv").read_bytes() == before  # nothing written
     write(replace=True)
     assert "DKT (pyKT's size)" not in set(pd.read_csv(results.with_suffix(".csv"))["model"])

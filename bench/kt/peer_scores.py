@@ -232,7 +232,12 @@ def write_tables(
     """kt_peers.csv and kt_peers.txt from every finished fold; returns the text. Refused
     (UserError, nothing written) when no fold is finished, and when the tables at
     `results` hold a row (data set, split, model) the work folder has not finished,
-    unless `replace`: a partial run never overwrites finished results."""
+    unless `replace`: a partial run never overwrites finished results. The rows are known
+    without the bootstrap (minutes a table), so such a refusal comes before it."""
+    csv = results.with_suffix(".csv")
+    if bootstrap and csv.exists() and not replace:
+        rows = [r for plan in plans for r in score_table(ctx, plan, our_model, 0, seq_len)[0]]
+        _refuse_dropping(ctx, csv, pd.DataFrame(rows, columns=COLUMNS))
     table, slices = [], []
     for plan in plans:
         rows, every = score_table(ctx, plan, our_model, bootstrap, seq_len)
@@ -247,22 +252,26 @@ def write_tables(
             "its peers' data exists; nothing written"
         )
     frame = pd.DataFrame(table, columns=COLUMNS)
-    csv = results.with_suffix(".csv")
     if csv.exists() and not replace:
-        dropped = _dropped_rows(csv, frame)
-        if dropped:
-            raise UserError(
-                f"{relative(csv)} holds {len(dropped)} row(s) the work folder "
-                f"{relative(ctx.args.work_dir)} has not finished ({'; '.join(dropped[:4])}"
-                f"{' ...' if len(dropped) > 4 else ''}); nothing written: finish them, give "
-                "another --results, or --replace to drop them"
-            )
+        _refuse_dropping(ctx, csv, frame)
     results.parent.mkdir(parents=True, exist_ok=True)
     write_text(csv, frame.to_csv(index=False, float_format="%.6g"))
     text = render(frame) + "\n\nEach peer's runs (means over its folds):\n\n" + render_runs(frame)
     text += "\n\nAUC by slice of the rows:\n\n" + "\n\n".join(slices)
     write_text(results.with_suffix(".txt"), relative(text) + "\n")
     return text
+
+
+def _refuse_dropping(ctx: Context, csv: Path, frame: pd.DataFrame) -> None:
+    """UserError when the table at `csv` holds a row `frame` lacks."""
+    dropped = _dropped_rows(csv, frame)
+    if dropped:
+        raise UserError(
+            f"{relative(csv)} holds {len(dropped)} row(s) the work folder "
+            f"{relative(ctx.args.work_dir)} has not finished ({'; '.join(dropped[:4])}"
+            f"{' ...' if len(dropped) > 4 else ''}); nothing written: finish them, give "
+            "another --results, or --replace to drop them"
+        )
 
 
 def render_runs(frame: pd.DataFrame) -> str:
