@@ -197,15 +197,16 @@ def group(users: np.ndarray, timestamp: int, previous_rows: int = 0) -> pd.DataF
     return frame
 
 
-def say_filled(say, state: BlendState, students: int, seconds: float) -> None:
+def say_filled(say, state: BlendState, students: int, seconds: float, budget: int) -> None:
     """The state as bundle_state built it: the feature state's bytes (total, per student),
     the reserve taken for it, and the model's rings and pool in what is left."""
     model = state.model_state.state_bytes()
     features = state.features.state_bytes()
     reserved = state.model_state.store.budget.reserved_bytes
     questions = len(state.features.base[0])  # the snapshot's flat history
-    say(f"filled {students:,} students in {seconds:.0f} s under a {COMPETITION_STATE_GB:g} GB "
-        f"budget: {reserved / 1e9:.2f} GB reserved for the feature state, then rings for "
+    say(f"filled {students:,} students in {seconds:.0f} s under a {budget / 1e9:g} GB "
+        f"budget: {reserved / 1e9:.2f} GB reserved for the feature state and the other "
+        f"architectures' states, then rings for "
         f"{model['capacity']:,} students {model['student_state'] / 1e9:.2f} GB and a pool "
         f"of {model['cache_students']:,} caches {model['cache_pool'] / 1e9:.2f} GB; "
         f"peak RSS {peak_gb():.2f} GB")  # fmt: skip
@@ -243,13 +244,19 @@ def main(argv: list[str] | None = None) -> int:
     families = "every architecture family in the bundle, their blend streamed (and timed)"
     parser.add_argument("--families", action="store_true", help=families)
     parser.add_argument("--groups", type=int, default=400, help="--families: groups timed")
+    parser.add_argument(
+        "--budget-gb", type=float, default=COMPETITION_STATE_GB,
+        help=f"the state's budget (default {COMPETITION_STATE_GB:g}, the notebook's)",
+    )  # fmt: skip
     results_flag(parser, "state_memory")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     say = Report("state_memory", args.results)
     say.header("The notebook's state at Riiid's size (bench/bench_state_memory.py)")
     model = SAINT(ModelConfig(n_questions=QUESTIONS)).eval()
-    budget = int(COMPETITION_STATE_GB * 1e9)
+    if not 0 < args.budget_gb <= 64:
+        parser.error(f"--budget-gb {args.budget_gb:g}: expected more than 0 and at most 64")
+    budget = int(args.budget_gb * 1e9)
     with tempfile.TemporaryDirectory() as folder:
         bundle = Bundle(folder)
         write_bundle_apart(bundle, args.students, model.config.receptive_field, args.families)
@@ -257,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.time()
         state = bundle_state(bundle, MODEL, model, torch.device("cpu"), 4096, budget)
         assert isinstance(state, BlendState), f"the bundle's state is {type(state).__name__}"
-        say_filled(say, state, args.students, time.time() - start)
+        say_filled(say, state, args.students, time.time() - start, budget)
     state.predict(group(np.array([10**9]), 10**12))
     say(f"a new student's first group (the pool allocated): peak RSS {peak_gb():.2f} GB")
     step, pool = 300, state.model_state.pool.size

@@ -118,7 +118,10 @@ class StateBudget:
     def _reserved(self) -> str:
         if not self.reserved_bytes:
             return ""
-        return f" ({self.reserved_bytes / 1e9:.3g} GB of it for the trees' feature state)"
+        return (
+            f" ({self.reserved_bytes / 1e9:.3g} GB of it for the trees' feature state and any "
+            "other architecture's state)"
+        )
 
     def _over_budget(self, needed: int) -> str:
         per, pool = self.student_bytes, self.pool.planned_bytes()
