@@ -579,7 +579,7 @@ INFER_CASES = [
     InferCase("checkpoint of another fold", edit_checkpoint(lambda c: c["fold_fingerprint"].update(fold=1)), (), ("best.pt was made for fold 1, asked for fold 0",)),
     InferCase("checkpoint of other folds", edit_checkpoint(lambda c: c["fold_fingerprint"].update(sha256="0123456789abcdef")), (), ("best.pt was made for fold 0 of other folds (fingerprint 0123456789abcdef", "than", "fold0.npz on disk (fingerprint ")),
     InferCase("checkpoint without a fold fingerprint", edit_checkpoint(lambda c: c.pop("fold_fingerprint")), (), ("best.pt records no fold fingerprint",)),
-    InferCase("state over its memory budget", no_change, ("--max-state-memory", "0.0001"), ("a state budget of 0.0001 GB (", "feature state) leaves room for", "caches of", "raise the budget (--max-state-memory)")),
+    InferCase("state over its memory budget", no_change, ("--max-state-memory", "0.0001"), ("a state budget of 0.0001 GB (", "feature state and any other architecture's state) leaves room for", "caches of", "raise the budget (--max-state-memory)")),
 ]
 # fmt: on
 
