@@ -250,12 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     results_flag(parser, "state_memory")
     args = parser.parse_args(argv)
+    if not 0 < args.budget_gb <= 64:
+        parser.error(f"--budget-gb {args.budget_gb:g}: expected more than 0 and at most 64")
     torch.set_num_threads(args.threads)
     say = Report("state_memory", args.results)
     say.header("The notebook's state at Riiid's size (bench/bench_state_memory.py)")
     model = SAINT(ModelConfig(n_questions=QUESTIONS)).eval()
-    if not 0 < args.budget_gb <= 64:
-        parser.error(f"--budget-gb {args.budget_gb:g}: expected more than 0 and at most 64")
     budget = int(args.budget_gb * 1e9)
     with tempfile.TemporaryDirectory() as folder:
         bundle = Bundle(folder)
