@@ -10,7 +10,7 @@ students until the cache pool is full. Each phase prints the process's peak RSS 
 bundle is written by a child process, so the peak is the state's alone.
 
     python -m bench.bench_state_memory          # bench/results/state_memory.txt
-    python -m bench.bench_state_memory --families --results bench/results/state_memory_families.txt
+    python -m bench.bench_state_memory --families  # bench/results/state_memory_families.txt
 
 --families: the bundle ships every architecture family (configs/riiid.toml's LSTM and
 LQ-RNN beside SAINT, fresh weights, each student's recurrent state in their snapshots)
@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from bench.benchlib import RECIPES, Report, load_average, peak_gb, results_flag
+from bench.benchlib import RECIPES, RESULTS, Report, load_average, peak_gb
 from common.cli import recipe_config
 from common.data.past_features import CATEGORICAL, FEATURE_NAMES
 from common.data.past_state import FeatureSnapshot
@@ -205,9 +205,10 @@ def say_filled(say, state: BlendState, students: int, seconds: float, budget: in
     reserved = state.model_state.store.budget.reserved_bytes
     questions = len(state.features.base[0])  # the snapshot's flat history
     say(f"filled {students:,} students in {seconds:.0f} s under a {budget / 1e9:g} GB "
-        f"budget: {reserved / 1e9:.2f} GB reserved for the feature state and the other "
-        f"architectures' states, then rings for "
-        f"{model['capacity']:,} students {model['student_state'] / 1e9:.2f} GB and a pool "
+        f"budget: {reserved / 1e9:.2f} GB reserved for the feature state and any other "
+        f"architecture with rings of its own, then rings for "
+        f"{model['capacity']:,} students {model['student_state'] / 1e9:.2f} GB, the states "
+        f"of the members that read them {members_gb(state):.2f} GB and a pool "
         f"of {model['cache_students']:,} caches {model['cache_pool'] / 1e9:.2f} GB; "
         f"peak RSS {peak_gb():.2f} GB")  # fmt: skip
     say(f"feature state: {features['total'] / 1e9:.2f} GB = history of {questions:,} "
@@ -215,6 +216,20 @@ def say_filled(say, state: BlendState, students: int, seconds: float, budget: in
         f"B each) + slots for {state.features.capacity:,} students "
         f"{features['slots'] / 1e9:.3f} GB; {features['total'] / students:,.0f} B per "
         f"student")  # fmt: skip
+
+
+def members_gb(state: BlendState) -> float:
+    """GB the members that read the model's rings hold (common.stream.shared_store)."""
+    return sum(s.state_bytes()["total"] for s in state.others.values() if s.shared) / 1e9
+
+
+def say_members(state: BlendState, held: dict) -> str:
+    """Each other architecture's state, and whether it reads the model's rings."""
+    return ", ".join(
+        f"{n} {held[f'{n}_state'] / 1e9:.2f} GB"
+        + (" (reads the model's rings)" if s.shared else " (rings of its own)")
+        for n, s in state.others.items()
+    )
 
 
 RIIID_RECIPE = RECIPES / "riiid.toml"  # the families' sizes (its [train.lstm], [train.lqrnn])
@@ -237,7 +252,7 @@ def steady_rows_per_s(state: BlendState, pool: int, groups: int, previous: int) 
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--students", type=int, default=STUDENTS)
     parser.add_argument("--threads", type=int, default=2)
@@ -248,10 +263,24 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-gb", type=float, default=COMPETITION_STATE_GB,
         help=f"the state's budget (default {COMPETITION_STATE_GB:g}, the notebook's)",
     )  # fmt: skip
-    results_flag(parser, "state_memory")
+    parser.add_argument(
+        "--results", type=Path, default=None,
+        help="the output kept (default: bench/results/state_memory.txt, with --families "
+        "state_memory_families.txt; a run of other than Riiid's students keeps nothing "
+        "unless given)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not 0 < args.budget_gb <= 64:
         parser.error(f"--budget-gb {args.budget_gb:g}: expected more than 0 and at most 64")
+    if args.results is None and args.students == STUDENTS:
+        args.results = RESULTS / (
+            "state_memory_families.txt" if args.families else "state_memory.txt"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     torch.set_num_threads(args.threads)
     say = Report("state_memory", args.results)
     say.header("The notebook's state at Riiid's size (bench/bench_state_memory.py)")
@@ -280,12 +309,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{held['total'] / 1e9:.2f} GB of which the feature state "
         f"{held['feature_state'] / 1e9:.2f} GB (Kaggle's notebooks have 13 GB)")  # fmt: skip
     if args.families:
-        members = ", ".join(f"{n} {held[f'{n}_state'] / 1e9:.2f} GB" for n in state.others)
-        say(f"the other architectures' states: {members}; filling the pool ({pool:,} "
-            f"students, each one's first group a SAINT cache build) {pool / filling:,.0f} "
+        say(f"the other architectures' states: {say_members(state, held)}; filling the "
+            f"pool ({pool:,} students, each one's first group a SAINT cache build) "
+            f"{pool / filling:,.0f} "
             "rows/s")  # fmt: skip
         say(steady_rows_per_s(state, pool, args.groups, previous))
-    say.write()
+    if args.results is None:
+        print(f"not kept: {args.students:,} students, not Riiid's (--results keeps it)")
+    else:
+        say.write()
     return 0
 
 

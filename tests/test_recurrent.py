@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+from common.data.api_group import read_group
 from common.data.arrays import TrainArrays, load_questions, question_parts
 from common.data.features import FlatSource, step_inputs
 from common.data.fold_data import Fold, load_fold_data
@@ -24,9 +25,11 @@ from common.model.lqrnn.config import LQRNNConfig
 from common.model.lstm.config import LSTMConfig
 from common.model.predict import predict_tails, to_tensors
 from common.model.registry import build_model
+from common.model.saint import SAINT, ModelConfig
 from common.stream.api_loop import stream_loop
 from common.stream.emulator import Emulator, EmulatorConfig, stream_frame
-from common.stream.online import OnlineState, Snapshot, model_snapshot
+from common.stream.online import OnlineState, Snapshot, model_snapshot, run_states
+from common.stream.shared_store import STEP_ARRAYS_BYTES
 from common.train.build import build
 from common.train.config import TrainConfig
 from common.train.recurrent import epoch_schedule, lane_resets, rank_lanes, step_batch
@@ -164,18 +167,33 @@ def test_a_snapshot_state_continues_the_history(demo, arch, tmp_path):
     np.testing.assert_allclose(continued, whole, atol=2e-6)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_streaming_equals_validation(demo, arch):
-    """The fold's validation rows streamed group by group through the emulated API, from
-    the snapshot of every student's training questions: the probabilities validation's
-    steps give the same rows (predict_tails from each history's first question)."""
+class MemberStream:
+    """The API loop's state that streams `owner` (the run's model) and returns `member`'s
+    probabilities, as BlendState steps them: the owner files each group first."""
+
+    def __init__(self, owner: OnlineState, member: OnlineState):
+        self.owner, self.member = owner, member
+
+    def predict(self, test_df: pd.DataFrame) -> np.ndarray:
+        group = read_group(test_df)
+        self.owner.predict_group(group)
+        return self.member.predict_group(group)
+
+    def time_split(self) -> dict:
+        return self.member.time_split()
+
+
+def streamed_against_validation(demo, model, state_of) -> tuple[np.ndarray, np.ndarray]:
+    """The fold's validation rows streamed group by group through the emulated API by
+    `state_of(snapshot, parts)`'s state, from the snapshot of every student's training
+    questions, and the probabilities validation's steps give the same rows
+    (predict_tails from each history's first question)."""
     workspace = Workspace(demo)
     data = load_fold_data(workspace, 0)
-    model = fresh(arch, data.n_questions)
     arrays = TrainArrays.load(workspace.data)
     parts = question_parts(load_questions(workspace.data))
     snapshot = model_snapshot(model, data.sequences, arrays.users, data.train_length, CPU)
-    state = OnlineState(model, parts, CPU, snapshot)
+    state = state_of(data, arrays, snapshot, parts)
     frame = stream_frame(arrays, Fold.load(workspace, 0).stream_index)
     env = Emulator(frame, EmulatorConfig(seed=3, max_group_students=30))
     stream_loop(env, state, progress=False)
@@ -185,7 +203,88 @@ def test_streaming_equals_validation(demo, arch):
     rows = data.sequences.row[tails.flat_index(data.sequences)]
     expected = pd.Series(expected, index=rows)[results["global_row"].to_numpy()].to_numpy()
     assert len(results) == len(rows) > 50
-    np.testing.assert_allclose(results["prediction"].to_numpy(), expected, atol=2e-6)
+    return results["prediction"].to_numpy(), expected
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_streaming_equals_validation(demo, arch):
+    """The fold's validation rows streamed by the model's own state: the probabilities
+    of validation's steps."""
+    model = fresh(arch, load_fold_data(Workspace(demo), 0).n_questions)
+    streamed, expected = streamed_against_validation(
+        demo, model, lambda data, arrays, snapshot, parts: OnlineState(model, parts, CPU, snapshot)
+    )
+    np.testing.assert_allclose(streamed, expected, atol=2e-6)
+
+
+def owner_saint(n_questions: int) -> SAINT:
+    """A SAINT whose rings (its receptive field, 2 x 20) hold a member's 20."""
+    torch.manual_seed(1)
+    config = ModelConfig(
+        n_questions=n_questions, d_model=8, n_heads=2, encoder_layers=1, decoder_layers=1,
+        window=20,
+    )  # fmt: skip
+    return SAINT(config).eval()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_member_reading_the_models_rings_streams_as_validation(demo, arch):
+    """A recurrent member of a run streamed from the run model's rings
+    (common.stream.shared_store), not rings of its own: the probabilities of
+    validation's steps, as when it streams alone; its state per slot is planned in the
+    model's budget."""
+    model = fresh(arch, load_fold_data(Workspace(demo), 0).n_questions)
+    held = {}
+
+    def shared(data, arrays, snapshot, parts):
+        owner = owner_saint(data.n_questions)
+        owner_shot = model_snapshot(
+            owner, data.sequences, arrays.users, data.train_length, CPU
+        )  # fmt: skip
+        state, members = run_states(
+            owner, owner_shot, {arch: (model, lambda: snapshot)}, parts, CPU, max_bytes=10**9
+        )
+        held.update(owner=state, member=members[arch])
+        return MemberStream(state, members[arch])
+
+    streamed, expected = streamed_against_validation(demo, model, shared)
+    member, owner = held["member"], held["owner"]
+    assert member.shared and member.store.owner is owner.store
+    assert "response" not in vars(member.store)  # no rings of its own
+    per_slot = member.pool.bytes_per_student() + STEP_ARRAYS_BYTES
+    assert owner.store.budget.student_bytes == owner.store.student_bytes() + per_slot
+    np.testing.assert_allclose(streamed, expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_member_steps_only_on_the_group_the_model_filed(demo, arch):
+    """A member that shares the rings refuses a group its owner has not filed; a member
+    whose ring context the owner's rings do not hold keeps rings of its own."""
+    data = load_fold_data(Workspace(demo), 0)
+    model = fresh(arch, data.n_questions)
+    parts = np.ones(data.n_questions, dtype=np.int8)
+    owner, members = run_states(
+        owner_saint(data.n_questions), None, {arch: (model, lambda: None)}, parts, CPU
+    )
+    assert members[arch].shared
+    test_df = pd.DataFrame(
+        {
+            "row_id": [0], "timestamp": [5], "user_id": [7], "content_id": [1],
+            "content_type_id": [0], "task_container_id": [0],
+            "prior_question_elapsed_time": [np.nan], "prior_question_had_explanation": [np.nan],
+            "prior_group_answers_correct": ["[]"], "prior_group_responses": ["[]"],
+        }
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="steps after the model's state has filed"):
+        members[arch].predict(test_df)
+    group = read_group(test_df)
+    owner.predict_group(group)
+    assert members[arch].predict_group(group).shape == (1,)
+    wide = build_model(arch, replace(CONFIGS[arch], n_questions=data.n_questions, window=60))
+    _, members = run_states(
+        owner_saint(data.n_questions), None, {arch: (wide, lambda: None)}, parts, CPU
+    )
+    assert not members[arch].shared
 
 
 @pytest.mark.parametrize("arch", ARCHS)

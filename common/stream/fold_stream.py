@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ from common.stream.api_loop import stream_loop
 from common.stream.blend_state import BlendState, feature_state_budget, member_column
 from common.stream.emulator import Emulator, EmulatorConfig
 from common.stream.kaggle_export import KaggleConfig
-from common.stream.online import OnlineState, model_snapshot
+from common.stream.online import OnlineState, model_snapshot, run_states
 from common.workspace import ModelFolder, Run
 
 
@@ -179,15 +180,16 @@ def fold_state(
     features = None
     if config.trees or model_reads:
         features = build_feature_snapshot(data.sequences, users, data.train_length)
-    model_state = OnlineState(
-        model, dataset.parts, checkpoint["device"], snapshot, config.cache_students,
+    snapshot_of = partial(
+        model_snapshot, sequences=data.sequences, users=users, length=data.train_length,
+        device=device,
+    )  # fmt: skip
+    streamed = {name: (m, partial(snapshot_of, m)) for name, (m, _) in others.items()}
+    model_state, states = run_states(
+        model, snapshot, streamed, dataset.parts, device, config.cache_students,
         config.max_state_bytes, feature_state_budget(features) if features else 0,
     )  # fmt: skip
     del snapshot
-    states = {}
-    for name, (other, _) in others.items():
-        shot = model_snapshot(other, data.sequences, users, data.train_length, device)
-        states[name] = OnlineState(other, dataset.parts, device, shot, config.cache_students)
     if features is None:
         return model_state
     bundle = None

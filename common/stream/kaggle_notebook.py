@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from common.model.registry import ARCH_NAMES
 from common.model.trees.blend_bundle import BlendBundle, rewrite_in_bundle
 from common.stream.api_loop import stream_loop
 from common.stream.blend_state import BlendState, feature_state_budget
-from common.stream.online import OnlineState, Snapshot
+from common.stream.online import OnlineState, Snapshot, run_states
 from common.workspace import Bundle
 
 COMPETITION = "riiid-test-answer-prediction"  # its data folder: /kaggle/input/<this>
@@ -105,33 +106,34 @@ def run_submission(
 def bundle_state(bundle: Bundle, model: str, net, device, cache_students: int, budget: int):
     """The state the bundle streams with: the model's online state and, where the bundle
     ships trees for <model>/ (common.model.trees.blend_bundle), the feature state beside it
-    (common.stream.blend_state.BlendState: the blend is submitted). The feature state's
-    planned bytes come out of `budget` first; the rest sizes the model's cache pool."""
+    (common.stream.blend_state.BlendState: the blend is submitted) with the other
+    architectures' states (common.stream.online.run_states). The feature state's planned
+    bytes come out of `budget` first; the rest sizes the model's cache pool."""
     parts = np.load(str(bundle.parts))
     snapshot = Snapshot.load(bundle.snapshot)
     blend = BlendBundle.load(bundle.model(model), rewrite_in_bundle(model))
     if blend is None and net.config.past_features == "none":
         return OnlineState(net, parts, device, snapshot, cache_students, budget)
     features = FeatureSnapshot.load(bundle.features)
-    reserved = feature_state_budget(features)
-    others = member_states(bundle, model, parts, device, cache_students)
-    reserved += sum(state.state_bytes()["total"] for state in others.values())
-    model_state = OnlineState(net, parts, device, snapshot, cache_students, budget, reserved)
+    members = member_models(bundle, model, device)
+    model_state, others = run_states(
+        net, snapshot, members, parts, device, cache_students, budget,
+        feature_state_budget(features),
+    )  # fmt: skip
     skills = np.load(str(bundle.skills))
     return BlendState(
         model_state, blend, parts, skills, features, others=others, primary=net.arch
     )  # fmt: skip
 
 
-def member_states(bundle: Bundle, model: str, parts, device, cache_students: int) -> dict:
-    """The online states of the other architectures the bundle ships beside <model>/'s
-    (<model>/<arch>/best.pt, state/snapshot-<arch>.npz), by name; their bytes come out of
-    the budget before the model's cache pool is sized."""
-    states = {}
+def member_models(bundle: Bundle, model: str, device) -> dict:
+    """The other architectures the bundle ships beside <model>/'s (<model>/<arch>/best.pt,
+    state/snapshot-<arch>.npz), by name: each one's model and a function that reads its
+    snapshot (common.stream.online.run_states)."""
+    members = {}
     for arch in ARCH_NAMES:
         path = bundle.model(model).member(arch).checkpoint()
         if path.exists():
             net, _ = load_model(path, device)
-            snapshot = Snapshot.load(bundle.member_snapshot(arch))
-            states[arch] = OnlineState(net, parts, device, snapshot, cache_students)
-    return states
+            members[arch] = (net, partial(Snapshot.load, bundle.member_snapshot(arch)))
+    return members

@@ -38,6 +38,7 @@ from common.model.interface import KTModel
 from common.model.predict import final_states, to_tensors
 from common.stream.cache_pool import CachePool
 from common.stream.recurrent_step import RecurrentPool, RecurrentStep
+from common.stream.shared_store import STEP_ARRAYS_BYTES, SharedStore, shares_rings
 from common.stream.snapshot import FIELD_DTYPES, PAST_DTYPE, FileFields, Snapshot, build_snapshot
 from common.stream.student_store import (
     MIN_POOL_STUDENTS,
@@ -159,7 +160,13 @@ class OnlineState:
     students seen (snapshot students, then every new student), by a quarter at a time.
     With `max_bytes` set, growth stops at the budget and a student who would not fit
     raises StateMemoryError: predictions are never degraded silently. `reserved_bytes`:
-    what other state takes out of the budget first (the trees' feature state)."""
+    what other state takes out of the budget first (the trees' feature state);
+    `member_bytes`: what each slot's members that share its rings hold (shared_slot_bytes).
+
+    `share`: another model's state whose rings this one reads (a recurrent member of the
+    run, common.stream.shared_store.shares_rings): it files each group, this state steps
+    on it after it (common.stream.blend_state), and `snapshot` gives only the states, of
+    the same students in the same order."""
 
     def __init__(
         self,
@@ -170,6 +177,8 @@ class OnlineState:
         cache_students: int = 4096,
         max_bytes: int | None = None,
         reserved_bytes: int = 0,
+        member_bytes: int = 0,
+        share: OnlineState | None = None,
     ):
         self.model = model.eval()
         self.config = model.config
@@ -179,19 +188,23 @@ class OnlineState:
             self.pool = RecurrentPool(model, device)
         else:
             self.pool = CachePool(model, max(cache_students, 1), device)
-        reads_past = model.config.past_features != "none"
-        # this module's budget constants, read now: a caller (a test) may set them here
-        self.store = StudentStore(
-            self.context,
-            reads_past,
-            parts,
-            self.pool,
-            snapshot,
-            max_bytes,
-            reserved_bytes,
-            new_student_share=NEW_STUDENT_SHARE,
-            snapshot_chunk=SNAPSHOT_CHUNK,
-        )
+        self.shared = share is not None
+        if self.shared:
+            self.store = shared_store(model, share, self.pool, snapshot)
+        else:
+            # this module's budget constants, read now: a caller (a test) may set them here
+            self.store = StudentStore(
+                self.context,
+                model.config.past_features != "none",
+                parts,
+                self.pool,
+                snapshot,
+                max_bytes,
+                reserved_bytes,
+                new_student_share=NEW_STUDENT_SHARE,
+                snapshot_chunk=SNAPSHOT_CHUNK,
+                member_bytes=member_bytes,
+            )
         self.ring = self.store.ring
         if model.recurrent:
             self.step = RecurrentStep(self.model, self.store, self.pool, device)
@@ -212,16 +225,20 @@ class OnlineState:
                 "a model that reads past-event features needs them with every group, and "
                 "only such a model takes them"
             )
-        if group.prior_correct is not None:
-            self.store.record_outcomes(group.prior_correct, group.prior_responses)
-        slots, start, position = self.store.open_containers(group, past)
+        if self.shared:  # the owner's state has filed the group
+            slots, start, position = self.store.opened(group)
+        else:
+            if group.prior_correct is not None:
+                self.store.record_outcomes(group.prior_correct, group.prior_responses)
+            slots, start, position = self.store.open_containers(group, past)
         if not len(slots):
             return np.zeros(0, dtype=np.float32)
         return self.step.forward(slots, start, group.container, position)
 
     def apply_previous_group(self, correct: str | float, responses: str | float) -> None:
-        """Record the previous group's outcomes (its first row's string-encoded lists)."""
-        if isinstance(correct, str):
+        """Record the previous group's outcomes (its first row's string-encoded lists);
+        a state that shares another's rings leaves it to that one."""
+        if isinstance(correct, str) and not self.shared:
             self.store.record_outcomes(outcome_list(correct), outcome_list(responses))
 
     def time_split(self) -> dict:
@@ -238,7 +255,7 @@ class OnlineState:
         return self.store.student_bytes()
 
     def state_bytes_per_student(self) -> dict[str, float]:
-        ring = sum(r[0].nbytes for r in self.store.rings.values()) + 6 * 8
+        ring = 0 if self.shared else sum(r[0].nbytes for r in self.store.rings.values()) + 6 * 8
         return {"ring": ring, "cache": self.pool.bytes_per_student()}
 
     # -- the parts' state, as callers read it ------------------------------------------
@@ -297,3 +314,57 @@ def model_snapshot(
         kept = np.flatnonzero(length > 0)  # build_snapshot's students, in its order
         snapshot.states = final_states(model, sequences, kept, length[kept], device)
     return snapshot
+
+
+def shared_store(model: KTModel, owner: OnlineState, pool, snapshot: Snapshot | None):
+    """`model`'s view of `owner`'s rings (common.stream.shared_store), its snapshot's
+    students checked to be the owner's, in the owner's slot order."""
+    if not shares_rings(model, owner.model):
+        raise ValueError(
+            f"the {model.arch} model cannot read the {owner.model.arch} model's rings "
+            "(common.stream.shared_store.shares_rings)"
+        )
+    known = len(snapshot.users) if snapshot is not None else 0
+    if known != len(owner.store.slot_of) or (
+        known and not np.array_equal(snapshot.users, np.fromiter(owner.store.slot_of, np.int64))
+    ):
+        raise ValueError(
+            f"the {model.arch} model's snapshot holds other students than the "
+            f"{owner.model.arch} model's state whose rings it shares"
+        )
+    return SharedStore(owner.store, pool.bytes_per_student())
+
+
+def run_states(
+    model: KTModel,
+    snapshot: Snapshot | None,
+    members: dict,
+    parts: np.ndarray,
+    device: torch.device,
+    cache_students: int = 4096,
+    max_bytes: int | None = None,
+    reserved_bytes: int = 0,
+) -> tuple[OnlineState, dict[str, OnlineState]]:
+    """The model's online state and its members' (`members`, name: (model, a function
+    that gives its snapshot)), by name. A member that can read the model's rings
+    (shares_rings) does, its state per slot planned in the model's budget; any other
+    keeps rings of its own, built first, its bytes taken out of the budget before the
+    model's state is sized. The members' snapshots are asked for one at a time."""
+    shared = {n: m for n, (m, _) in members.items() if shares_rings(m, model)}
+    own = {
+        name: OnlineState(m, parts, device, snapshot_of(), cache_students)
+        for name, (m, snapshot_of) in members.items()
+        if name not in shared
+    }
+    reserved_bytes += sum(state.state_bytes()["total"] for state in own.values())
+    per_slot = sum(RecurrentPool(m, device).bytes_per_student() for m in shared.values())
+    owner = OnlineState(
+        model, parts, device, snapshot, cache_students, max_bytes, reserved_bytes,
+        member_bytes=per_slot + len(shared) * STEP_ARRAYS_BYTES,
+    )  # fmt: skip
+    states = {}
+    for name, (m, snapshot_of) in members.items():
+        states[name] = own.get(name) or OnlineState(
+            m, parts, device, snapshot_of(), cache_students, share=owner
+        )
+    return owner, states

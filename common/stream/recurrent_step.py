@@ -27,9 +27,10 @@ from common.stream.student_store import RingSource
 
 
 class RecurrentPool:
-    """A recurrent model's state of every student slot (row = slot), grown with the slots
-    (doubling, at least 1,024); the CachePool interface StudentStore and its budget read
-    (size, bytes_per_student, planned_bytes, acquire, view)."""
+    """A recurrent model's state of every student slot (row = slot), grown to the store's
+    slots (`fit`: the rows its budget planned, never more); the CachePool interface
+    StudentStore and its budget read (size, bytes_per_student, planned_bytes, acquire,
+    view)."""
 
     per_slot = True
 
@@ -51,9 +52,14 @@ class RecurrentPool:
     def planned_bytes(self) -> int:
         return 0  # counted with each student slot (StudentStore.student_bytes)
 
+    def fit(self, rows: int) -> None:
+        """Rows for `rows` slots (the store's capacity): grown once per store growth."""
+        if rows > self.capacity:
+            self.state = self.state.grown(rows)
+
     def _grow(self, rows: int) -> None:
         if rows > self.capacity:
-            self.state = self.state.grown(max(rows, 2 * self.capacity, 1024))
+            self.fit(max(rows, self.capacity + self.capacity // 4, 1024))
 
     def acquire(self, slots: np.ndarray, cache_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every slot's row is the slot; returns the slot -> row map and which of `slots`
@@ -94,6 +100,7 @@ class RecurrentStep:
                 "(common.model.predict.final_states)"
             )
         n = len(snapshot.users)
+        self.pool.fit(self.store.capacity)  # at once: not grown by copying later
         self.pool.load_snapshot(np.asarray(snapshot.states))
         store = self.store
         store.cache_index[:n] = np.arange(n)
@@ -104,6 +111,7 @@ class RecurrentStep:
         """The probability of each question row (row q is student container[q]'s
         question at position[q]; start: each student's new container's first position)."""
         store = self.store
+        self.pool.fit(store.capacity)
         store.cache_index, _ = self.pool.acquire(slots, store.cache_index)
         counts = np.bincount(container, minlength=len(slots)).astype(np.int64)
         key_from = store.key_from[slots]

@@ -128,7 +128,8 @@ class StateBudget:
         total = needed * per + pool
         return (
             f"the online state needs {total / 1e9:.3g} GB for {needed:,} students "
-            f"({needed:,} x {per:,} B of rings and index, plus a cache pool of "
+            f"({needed:,} x {per:,} B of rings, index and the states of members that share "
+            f"them, plus a cache pool of "
             f"{self.pool.size:,} students x {self.pool.bytes_per_student():,} B = "
             f"{pool / 1e9:.3g} GB), above its budget of {self.max_bytes / 1e9:.3g} GB"
             f"{self._reserved()} "
@@ -154,6 +155,7 @@ class StudentStore:
         reserved_bytes: int = 0,
         new_student_share: float = NEW_STUDENT_SHARE,
         snapshot_chunk: int = SNAPSHOT_CHUNK,
+        member_bytes: int = 0,
     ):
         self.context, self.ring, self.parts = context, context + RING_EXTRA, parts
         # a recurrent model's state lives in the student's slot, with its rings
@@ -176,7 +178,12 @@ class StudentStore:
         self.key_from = np.zeros(0, dtype=np.int64)
         self.cache_index = np.zeros(0, dtype=np.int64)
         self.built = np.zeros(0, dtype=bool)
-        self.budget = StateBudget(self.student_bytes(), pool, max_bytes, reserved_bytes)
+        # the members that read these rings (common.stream.shared_store) keep their state
+        # per slot beside them: the budget plans both
+        self.member_bytes = member_bytes
+        self.budget = StateBudget(
+            self.student_bytes() + member_bytes, pool, max_bytes, reserved_bytes
+        )
         known = len(snapshot.users) if snapshot else 0
         slots = known
         if max_bytes is not None:  # the rings planned at once: never grown by copying
@@ -185,6 +192,9 @@ class StudentStore:
         if snapshot is not None:
             self.load_snapshot(snapshot, snapshot_chunk)
         self.previous: np.ndarray | None = None  # (rows, 2) slot, position of last group
+        # the last group filed and its (slots, start, position): what members that share
+        # the rings step on
+        self.last_opened: tuple | None = None
 
     # -- storage -----------------------------------------------------------------------
     def grow(self, needed: int) -> None:
@@ -307,7 +317,9 @@ class StudentStore:
         previous = np.full((group.n_rows, 2), -1, dtype=np.int64)
         if not len(group.students):
             self.previous = previous
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+            none = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+            self.last_opened = (group, none)
+            return none
         slots = self.slots(group.students)
         start = self.n_items[slots].copy()  # (U,) position of each new container
         position = start[group.container] + group.rank
@@ -316,6 +328,7 @@ class StudentStore:
         previous[group.is_question, 0] = slots[group.container]
         previous[group.is_question, 1] = position
         self.previous = previous
+        self.last_opened = (group, (slots, start, position))
         return slots, start, position
 
     def _reveal_previous(self, slots, start, group: ApiGroup) -> None:
