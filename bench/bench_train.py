@@ -30,6 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from bench.benchlib import H200_FREE_BYTES, REPO, WORK, Report, bench_run, results_flag
 from common.data.fold_data import load_fold_data
+from common.device import autocast_dtype
 from common.model.predict import to_tensors
 from common.model.saint import ModelConfig
 from common.tables import markdown_table
@@ -189,7 +190,7 @@ def main() -> int:
     say.header("03_train.py training throughput (bench/bench_train.py)")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp, torch.float32)
+    compute = autocast_dtype(args.amp, device) or torch.float32  # "auto": the device's
     peak, peak_size = matmul_peak(device, compute)
     torch.manual_seed(0)
     data = load_fold_data(Workspace(args.data_dir), 0)

@@ -276,6 +276,30 @@ def test_micro_batch_parts_are_the_cheapest_cut():
         assert _cost(chosen, cost) == pytest.approx(best)
 
 
+@pytest.mark.parametrize("amp", ["bf16", "off"])
+def test_a_train_step_runs_in_bf16_on_the_cpu(demo, amp):
+    """03 --amp bf16 on a CPU (emulated there, as bench/gpu_check.py no longer runs it by
+    default): a train step's forward runs in bf16 (its logits), its loss is finite and
+    every trained weight moves."""
+    data = load_fold_data(Workspace(demo), 0)
+    config = train_config(
+        d_model=16, heads=2, layers=1, window=10, batch_size=8, progress=False,
+        select_on="fold", amp=amp,
+    )  # fmt: skip
+    trainer = Trainer(config, Workspace(demo).run(f"amp-{amp}"), data, torch.device("cpu"))
+    spans = epoch_spans(data.train_length, 10, 10, np.random.default_rng(0))
+    batch = to_tensors(trainer.batch_inputs(*spans, np.arange(8)), torch.device("cpu"))
+    seen = []
+    hook = trainer.model.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    loss, _ = trainer.train_step(batch)
+    hook.remove()
+    assert set(seen) == {torch.bfloat16 if amp == "bf16" else torch.float32}
+    assert np.isfinite(float(loss))
+    moved = [not torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True)]
+    assert sum(moved) > len(moved) // 2
+
+
 def test_activation_estimate_bounds_what_backward_keeps(demo):
     """activation_bytes (what sizes a CUDA part) is at least what a training forward
     saves for backward per position computed (torch's saved-tensor hooks, each storage
