@@ -220,7 +220,9 @@ class OnlineState:
 
     def predict_group(self, group: ApiGroup, past: np.ndarray | None = None) -> np.ndarray:
         """`predict` of a group already read (the blend's state reads each group once)."""
-        if ("past" in self.store.rings) != (past is not None):
+        # a member that shares another's rings may find past-event features it ignores
+        reads = self.config.past_features != "none" if self.shared else "past" in self.store.rings
+        if reads != (past is not None):
             raise ValueError(
                 "a model that reads past-event features needs them with every group, and "
                 "only such a model takes them"
