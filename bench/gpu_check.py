@@ -132,7 +132,7 @@ def stream_rate(args: argparse.Namespace, data_out: Workspace, say: Report) -> d
 QUICK_USERS = 40  # --quick: enough for every step, and an epoch on a CPU takes seconds
 
 
-def main() -> int:
+def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -150,6 +150,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.users < 100:
         parser.error(f"--users {args.users}: at least 100 demo students")
+    return args
+
+
+def main() -> int:
+    args = parse()
     args.work_dir.mkdir(parents=True, exist_ok=True)
     say = Report("gpu_check", args.results)
     say.header("GPU check (bench/gpu_check.py)")
