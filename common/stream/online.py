@@ -38,7 +38,7 @@ from common.model.interface import KTModel
 from common.model.predict import final_states, to_tensors
 from common.stream.cache_pool import CachePool
 from common.stream.recurrent_step import RecurrentPool, RecurrentStep
-from common.stream.shared_store import STEP_ARRAYS_BYTES, SharedStore, shares_rings
+from common.stream.shared_store import SharedStore, shares_rings
 from common.stream.snapshot import FIELD_DTYPES, PAST_DTYPE, FileFields, Snapshot, build_snapshot
 from common.stream.student_store import (
     MIN_POOL_STUDENTS,
@@ -190,7 +190,7 @@ class OnlineState:
             self.pool = CachePool(model, max(cache_students, 1), device)
         self.shared = share is not None
         if self.shared:
-            self.store = shared_store(model, share, self.pool, snapshot)
+            self.store = SharedStore.of(model, share, self.pool, snapshot)
         else:
             # this module's budget constants, read now: a caller (a test) may set them here
             self.store = StudentStore(
@@ -318,25 +318,6 @@ def model_snapshot(
     return snapshot
 
 
-def shared_store(model: KTModel, owner: OnlineState, pool, snapshot: Snapshot | None):
-    """`model`'s view of `owner`'s rings (common.stream.shared_store), its snapshot's
-    students checked to be the owner's, in the owner's slot order."""
-    if not shares_rings(model, owner.model):
-        raise ValueError(
-            f"the {model.arch} model cannot read the {owner.model.arch} model's rings "
-            "(common.stream.shared_store.shares_rings)"
-        )
-    known = len(snapshot.users) if snapshot is not None else 0
-    if known != len(owner.store.slot_of) or (
-        known and not np.array_equal(snapshot.users, np.fromiter(owner.store.slot_of, np.int64))
-    ):
-        raise ValueError(
-            f"the {model.arch} model's snapshot holds other students than the "
-            f"{owner.model.arch} model's state whose rings it shares"
-        )
-    return SharedStore(owner.store, pool.bytes_per_student())
-
-
 def run_states(
     model: KTModel,
     snapshot: Snapshot | None,
@@ -359,11 +340,10 @@ def run_states(
         if name not in shared
     }
     reserved_bytes += sum(state.state_bytes()["total"] for state in own.values())
-    per_slot = sum(RecurrentPool(m, device).bytes_per_student() for m in shared.values())
+    per_slot = sum(SharedStore.slot_bytes(RecurrentPool(m, device)) for m in shared.values())
     owner = OnlineState(
-        model, parts, device, snapshot, cache_students, max_bytes, reserved_bytes,
-        member_bytes=per_slot + len(shared) * STEP_ARRAYS_BYTES,
-    )  # fmt: skip
+        model, parts, device, snapshot, cache_students, max_bytes, reserved_bytes, per_slot
+    )
     states = {}
     for name, (m, snapshot_of) in members.items():
         states[name] = own.get(name) or OnlineState(

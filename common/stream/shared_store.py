@@ -18,11 +18,16 @@ from __future__ import annotations
 import numpy as np
 
 from common.data.api_group import ApiGroup
+from common.stream.student_store import STUDENT_ARRAYS, grown_array
 
 # the step's arrays a member keeps per student slot (StudentStore's STUDENT_ARRAYS that
 # its step writes), with the value of a new slot
-STEP_ARRAYS = (("session_start", 0), ("key_from", 0), ("cache_index", -1), ("built", False))
-STEP_ARRAYS_BYTES = 3 * 8 + 1
+STEP_ARRAYS = tuple(
+    (name, fill)
+    for name, fill in STUDENT_ARRAYS
+    if name in ("session_start", "key_from", "cache_index", "built")
+)
+STEP_ARRAYS_BYTES = sum(np.asarray(fill).dtype.itemsize for _, fill in STEP_ARRAYS)
 
 
 def shares_rings(member, owner) -> bool:
@@ -45,9 +50,35 @@ class SharedStore:
 
     shared = True
 
-    def __init__(self, owner, slot_state_bytes: int):
+    @classmethod
+    def of(cls, model, owner_state, pool, snapshot) -> SharedStore:
+        """`model`'s view of the rings of `owner_state` (an OnlineState), its snapshot's
+        students checked to be the owner's, in the owner's slot order."""
+        owner, owner_model = owner_state.store, owner_state.model
+        if not shares_rings(model, owner_model):
+            raise ValueError(
+                f"the {model.arch} model cannot read the {owner_model.arch} model's rings "
+                "(common.stream.shared_store.shares_rings)"
+            )
+        known = len(snapshot.users) if snapshot is not None else 0
+        if known != len(owner.slot_of) or (
+            known and not np.array_equal(snapshot.users, np.fromiter(owner.slot_of, np.int64))
+        ):
+            raise ValueError(
+                f"the {model.arch} model's snapshot holds other students than the "
+                f"{owner_model.arch} model's state whose rings it shares"
+            )
+        return cls(owner, cls.slot_bytes(pool))
+
+    @staticmethod
+    def slot_bytes(pool) -> int:
+        """Bytes a member with `pool` (its RecurrentPool) holds per student slot: its
+        state and its step's arrays (the owner's budget counts them with its own slots)."""
+        return pool.bytes_per_student() + STEP_ARRAYS_BYTES
+
+    def __init__(self, owner, slot_bytes: int):
         self.owner = owner
-        self.slot_state_bytes = slot_state_bytes
+        self.bytes_per_slot = slot_bytes
         self.capacity = 0
         for name, fill in STEP_ARRAYS:
             setattr(self, name, np.zeros(0, dtype=np.asarray(fill).dtype))
@@ -59,10 +90,7 @@ class SharedStore:
         if capacity <= self.capacity:
             return
         for name, fill in STEP_ARRAYS:
-            old = getattr(self, name)
-            new = np.full(capacity, fill, dtype=old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+            setattr(self, name, grown_array(getattr(self, name), capacity, fill))
         self.capacity = capacity
 
     def opened(self, group: ApiGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,9 +131,8 @@ class SharedStore:
         return self.owner.last_timestamp
 
     def student_bytes(self) -> int:
-        """Bytes the member holds per student slot: its state and its step's arrays (the
-        owner's budget counts them with its own slots)."""
-        return self.slot_state_bytes + STEP_ARRAYS_BYTES
+        """Bytes the member holds per student slot (slot_bytes)."""
+        return self.bytes_per_slot
 
     def state_bytes(self) -> dict[str, int | None]:
         """What the member holds for the owner's slots (StudentStore.state_bytes' keys)."""

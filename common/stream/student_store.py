@@ -180,7 +180,6 @@ class StudentStore:
         self.built = np.zeros(0, dtype=bool)
         # the members that read these rings (common.stream.shared_store) keep their state
         # per slot beside them: the budget plans both
-        self.member_bytes = member_bytes
         self.budget = StateBudget(
             self.student_bytes() + member_bytes, pool, max_bytes, reserved_bytes
         )
@@ -213,7 +212,7 @@ class StudentStore:
             ring[: len(old)] = old
             self.rings[name] = ring
         for name, fill in STUDENT_ARRAYS:
-            setattr(self, name, _grown(getattr(self, name), capacity, fill))
+            setattr(self, name, grown_array(getattr(self, name), capacity, fill))
         self.capacity = capacity
 
     def load_snapshot(self, snapshot: Snapshot, chunk: int = SNAPSHOT_CHUNK) -> None:
@@ -388,7 +387,8 @@ class RingSource:
         return {name: ring[owner[:, None], column] for name, ring in self.store.rings.items()}
 
 
-def _grown(array: np.ndarray, capacity: int, fill) -> np.ndarray:
+def grown_array(array: np.ndarray, capacity: int, fill) -> np.ndarray:
+    """`array` with `capacity` entries: its own first, then `fill`."""
     out = np.full(capacity, fill, dtype=array.dtype)
     out[: len(array)] = array
     return out
