@@ -55,25 +55,36 @@ MODEL_FLAGS = {
         "--past-features", "head",
     ),
 }  # fmt: skip
-# the families: SAINT as above, the LSTM and the Last Query Transformer RNN (03 --arch), the
-# recurrent ones over the same inputs (Rasch skill embeddings, the answered question per
-# (question, response) pair in the key stream, the past-event features with the query),
+
+
+def recurrent_flags(d_model: int) -> tuple[str, ...]:
+    """03 flags of the families' recurrent members at `d_model`: the LSTM and the Last Query
+    Transformer RNN over the same inputs (Rasch skill embeddings, the answered question per
+    (question, response) pair in the key stream, the past-event features with the query)."""
+    return tuple(
+        flag
+        for arch in ("lstm", "lqrnn")
+        for flag in (
+            f"--{arch}-d-model", str(d_model), f"--{arch}-question-embedding", "rasch",
+            f"--{arch}-decoder-features", "question", f"--{arch}-past-features", "encoder",
+        )
+    )  # fmt: skip
+
+
+# the families: SAINT as above, the LSTM and the Last Query Transformer RNN (03 --arch),
 # blended with the trees by 04; its SAINT is the run of FAMILY_BASE's flags
-RECURRENT_FLAGS = tuple(
-    flag
-    for arch in ("lstm", "lqrnn")
-    for flag in (
-        f"--{arch}-d-model", "64", f"--{arch}-question-embedding", "rasch",
-        f"--{arch}-decoder-features", "question", f"--{arch}-past-features", "encoder",
-    )
-)  # fmt: skip
 MODEL_FLAGS["families"] = (
     *MODEL_FLAGS["saint-rasch-readout-past-head"], "--arch", "saint,lstm,lqrnn",
-    *RECURRENT_FLAGS, "--lqrnn-heads", "4",
+    *recurrent_flags(64), "--lqrnn-heads", "4",
+)  # fmt: skip
+# the same with recurrent members twice as wide (d_model 128, configs/riiid.toml's size)
+MODEL_FLAGS["families-wide"] = (
+    *MODEL_FLAGS["saint-rasch-readout-past-head"], "--arch", "saint,lstm,lqrnn",
+    *recurrent_flags(128), "--lqrnn-heads", "4",
 )  # fmt: skip
 # a model whose first architecture is another model's whole run: a fold finished there
 # seeds it (its 03 files copied; --resume trains the other architectures beside it)
-FAMILY_BASE = {"families": "saint-rasch-readout-past-head"}
+FAMILY_BASE = dict.fromkeys(("families", "families-wide"), "saint-rasch-readout-past-head")
 # the baselines alone (05's three, the trees included) on each fold's stream
 # rows, without a model: cheap rows for the table
 BASELINES_ONLY = "baselines"
@@ -95,6 +106,7 @@ MODEL_NAMES = {
         "SAINT + Rasch skill embeddings + AKT read-out + past features (head)"
     ),
     "families": "SAINT, LSTM and LQ-RNN, stacked with the trees",
+    "families-wide": "SAINT, LSTM and LQ-RNN (d 128), stacked with the trees",
     BASELINES_ONLY: BASELINES_ONLY,
 }  # fmt: skip
 # the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine
