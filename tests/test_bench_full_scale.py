@@ -93,7 +93,8 @@ def test_tiny_rehearsal_reports_every_stage(tmp_path):
     command = [
         sys.executable,
         *("-m", "bench.rehearsal.full_scale"),  # from the repository root
-        *("--scale", "0.0005", "--chunk-users", "100", "--jobs", "2", "--threads", "1"),
+        # one generating process: the parallel generator has its test above
+        *("--scale", "0.0005", "--chunk-users", "100", "--jobs", "1", "--threads", "1"),
         *("--train-steps", "1", "--train-warmup", "1", "--batch-size", "8"),
         *("--batch-seconds", "1", "--stream-rows", "200", "--kaggle-rows", "100"),
         *("--profile-rows", "100", "--count-groups", "2"),
