@@ -96,6 +96,103 @@ def test_pykt_batch_shifts_by_one_and_zeroes_padding():
     assert batch["rseqs"].dtype == torch.float32
 
 
+class TrainableDKT(torch.nn.Module):
+    """A tiny trainable model with pyKT's DKT interface (an embedding of (concept,
+    response), dropout, a read-out per concept): enough to train and to draw random
+    numbers in both streams a run must resume (dropout, the batches' order)."""
+
+    num_c = 5
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(2 * self.num_c, 8)
+        self.drop = torch.nn.Dropout(0.3)
+        self.out = torch.nn.Linear(8, self.num_c)
+
+    def forward(self, c, r):
+        return torch.sigmoid(self.out(self.drop(self.embed(c + self.num_c * r))))
+
+
+def bce_loss(model, name, batch, torch):
+    """pykt's cal_loss for DKT, without pykt: BCE of the next step's response, unpadded."""
+    y = pykt_peer.model_outputs(model, name, batch, torch, train=True)[0][0]
+    mask = batch["smasks"]
+    return torch.nn.functional.binary_cross_entropy(y[mask], batch["shft_rseqs"][mask])
+
+
+def resume_split(seed: int, students: int = 12) -> dict:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(4, 30, students)
+    n = int(lengths.sum())
+    c = rng.integers(0, TrainableDKT.num_c, n)
+    return {
+        "offsets": np.concatenate(([0], np.cumsum(lengths))), "q": c, "c": c,
+        "r": rng.integers(0, 2, n), "scored": np.ones(n, dtype=bool), "rows": np.ones(n),
+    }  # fmt: skip
+
+
+def resume_run(**flags) -> tuple[dict, SimpleNamespace]:
+    """(train and inner splits, pykt_peer's flags with `flags`) for a stand-in DKT's fit."""
+    splits = {"train": resume_split(0), "inner": resume_split(1)}
+    args = SimpleNamespace(
+        data="fold0.npz", model="dkt", params={}, batch_size=4, seq_len=8, stride=4, seed=0,
+        trim=True, device="cpu", **flags,
+    )  # fmt: skip
+    return splits, args
+
+
+def test_a_stopped_peer_run_resumes_to_the_weights_of_one_never_stopped(tmp_path, monkeypatch):
+    """pykt_peer's fit saves each finished epoch (weights, optimizer, both random streams,
+    the best state, the history) and a run that finds the file goes on from it: stopped
+    after epoch 2 of 4 and started again, it ends with the weights and the history of a
+    run never stopped; a file of other flags is refused."""
+    monkeypatch.setattr(pykt_peer, "peer_loss", bce_loss)
+    splits, args = resume_run(epochs=4, patience=10, lr=0.05)
+
+    def run(resume, seed=0):
+        torch.manual_seed(seed)  # another seed: other initial weights and dropout draws
+        model = TrainableDKT()
+        best, history = pykt_peer.fit(model, "dkt", splits, args, torch, resume)
+        return model, best, history
+
+    whole, whole_best, whole_history = run(None)
+    resume = tmp_path / pykt_peer.RESUME
+    train_epoch, calls = pykt_peer.train_epoch, []
+
+    def stopped_in_epoch_3(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the process stops in the middle of its third epoch
+        return train_epoch(*a, **k)
+
+    monkeypatch.setattr(pykt_peer, "train_epoch", stopped_in_epoch_3)
+    with pytest.raises(KeyboardInterrupt):
+        run(resume)
+    monkeypatch.setattr(pykt_peer, "train_epoch", train_epoch)
+    assert resume.exists()
+    # a new process, with streams of its own: the resume must restore the run's
+    again, again_best, history = run(resume, seed=7)
+    assert [h["epoch"] for h in history] == [1, 2, 3, 4]
+    for key in ("train_loss", "inner_auc"):
+        assert [h[key] for h in history] == [h[key] for h in whole_history], key
+    for name, tensor in whole.state_dict().items():
+        assert torch.equal(tensor, again.state_dict()[name]), name
+    for name, tensor in whole_best.items():
+        assert torch.equal(tensor, again_best[name]), name
+
+    args.lr = 0.01
+    with pytest.raises(SystemExit, match="other lr: delete it"):
+        run(resume)
+
+
+def test_a_peer_stops_after_patience_epochs_without_a_gain(monkeypatch):
+    """At lr 0 no epoch after the first gains: with patience 2 the run ends at epoch 3."""
+    monkeypatch.setattr(pykt_peer, "peer_loss", bce_loss)
+    splits, args = resume_run(epochs=6, patience=2, lr=0.0)
+    _, history = pykt_peer.fit(TrainableDKT(), "dkt", splits, args, torch)
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+
+
 def test_the_peer_script_imports_nothing_of_the_project():
     """It runs in pyKT's venv, where neither `common` nor `bench` is installed."""
     tree = ast.parse((REPO / "bench" / "kt" / "pykt_peer.py").read_text())

@@ -41,7 +41,10 @@ student's first step has no prediction (pyKT's outputs start at the second step)
 
 Output (`--out-dir`): predictions.csv (row_id, prediction), history.csv (epoch, loss,
 inner AUC, seconds) and result.json (config, best epoch, counts, times, the pyKT source
-the venv holds), each written to a temporary name and renamed.
+the venv holds), each written to a temporary name and renamed. While it trains,
+`resume.pt` there holds the state after the last finished epoch: a run stopped and
+started again with the same flags goes on from it (the same weights as a run never
+stopped), so a peer that trains for longer than a session loses no finished epoch.
 """
 
 from __future__ import annotations
@@ -338,15 +341,60 @@ def train_epoch(model, name, opt, split, windows, args, rng, torch, trim=None) -
     return float(np.mean(losses))
 
 
-def fit(model, name: str, splits: dict, args, torch) -> tuple[dict, list[dict]]:
+RESUME = "resume.pt"  # in --out-dir: the state after the last finished epoch
+# the flags a resumed run must share with the run it resumes (not its threads or device)
+RESUME_KEYS = ("data", "model", "params", "epochs", "patience", "batch_size", "lr", "seq_len",
+               "stride", "seed", "trim")  # fmt: skip
+
+
+def resume_key(args) -> dict:
+    return {key: str(getattr(args, key)) for key in RESUME_KEYS}
+
+
+def save_epoch(path: Path, model, opt, rng, torch, progress: dict, args) -> None:
+    """Everything the next epoch starts from (weights, optimizer, both random streams, the
+    best state so far, the history), written whole or not at all."""
+    state = {
+        "key": resume_key(args), "model": model.state_dict(), "opt": opt.state_dict(),
+        "numpy_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(), **progress,
+    }  # fmt: skip
+    write_atomic(path, lambda tmp: torch.save(state, tmp))
+
+
+def load_epoch(path: Path, model, opt, rng, torch, args) -> dict:
+    """The progress of the run `path` holds, its weights, optimizer and random streams
+    restored; refused where its flags differ from `args`."""
+    state = torch.load(path, map_location=args.device, weights_only=False)
+    if state["key"] != resume_key(args):
+        differ = sorted(k for k in RESUME_KEYS if state["key"].get(k) != resume_key(args)[k])
+        raise SystemExit(
+            f"error: {path} holds a run with other {', '.join(differ)}: delete it to start over"
+        )
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    rng.bit_generator.state = state["numpy_rng"]
+    torch.set_rng_state(state["torch_rng"])
+    print(f"resumed after epoch {state['history'][-1]['epoch']} ({path})", flush=True)
+    return {k: state[k] for k in ("best", "best_auc", "history", "waited")}
+
+
+def fit(
+    model, name: str, splits: dict, args, torch, resume: Path | None = None
+) -> tuple[dict, list[dict]]:
     """Train epoch by epoch; the state of the epoch with the best inner AUC, and the
-    history."""
+    history. With `resume`, each finished epoch is saved there, and a run that finds it
+    goes on from it as if never stopped (the same weights at the end)."""
     rng = np.random.default_rng(args.seed)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     windows = training_windows(splits["train"]["offsets"], args.seq_len)
     inner = splits["inner"]
-    best, best_auc, history, waited = None, -np.inf, [], 0
-    for epoch in range(1, args.epochs + 1):
+    progress = {"best": None, "best_auc": -np.inf, "history": [], "waited": 0}
+    if resume is not None and resume.exists():
+        progress = load_epoch(resume, model, opt, rng, torch, args)
+    history = progress["history"]
+    for epoch in range(len(history) + 1, args.epochs + 1):
+        if progress["waited"] >= args.patience:
+            break
         clock = time.perf_counter()
         loss = train_epoch(model, name, opt, splits["train"], windows, args, rng, torch)
         train_seconds = time.perf_counter() - clock
@@ -360,13 +408,13 @@ def fit(model, name: str, splits: dict, args, torch) -> tuple[dict, list[dict]]:
             f"epoch {epoch}: loss {loss:.4f} inner AUC {auc:.4f} ({train_seconds:.0f} s)",
             flush=True,
         )
-        if auc > best_auc:
-            best, best_auc, waited = copy.deepcopy(model.state_dict()), auc, 0
+        if auc > progress["best_auc"]:
+            progress |= {"best": copy.deepcopy(model.state_dict()), "best_auc": auc, "waited": 0}
         else:
-            waited += 1
-            if waited >= args.patience:
-                break
-    return best, history
+            progress["waited"] += 1
+        if resume is not None:
+            save_epoch(resume, model, opt, rng, torch, progress, args)
+    return progress["best"], history
 
 
 # ---------------------------------------------------------------------------------------
@@ -481,7 +529,10 @@ def main(argv: list[str] | None = None) -> int:
     splits, meta = load_splits(args.data)
     model = build_model(args.model, args.params, meta, args.seq_len, torch).to(args.device)
     clock = time.perf_counter()
-    best, history = fit(model, args.model, splits, args, torch)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    resume = args.out_dir / RESUME
+    resumed = resume.exists()
+    best, history = fit(model, args.model, splits, args, torch, resume=resume)
     model.load_state_dict(best)
     steps, p = predict(model, args.model, splits["test"], args, torch)
     best_epoch = max(history, key=lambda h: h["inner_auc"])
@@ -492,10 +543,12 @@ def main(argv: list[str] | None = None) -> int:
         "settings": settings(args),
         "epochs_run": len(history), "best_epoch": best_epoch["epoch"],
         "best_inner_auc": best_epoch["inner_auc"], "wall_seconds": time.perf_counter() - clock,
+        "resumed": resumed,  # wall_seconds then counts the resumed epochs alone
         "seconds_per_epoch": float(np.mean([h["train_seconds"] for h in history])),
         "parameters": sum(t.numel() for t in model.parameters()),
     }  # fmt: skip
     write_outputs(args.out_dir, splits["test"], steps, p, history, record)
+    (args.out_dir / RESUME).unlink()  # the run is whole: result.json says so
     return 0
 
 
