@@ -82,6 +82,12 @@ MODEL_FLAGS["families-wide"] = (
     *MODEL_FLAGS["saint-rasch-readout-past-head"], "--arch", "saint,lstm,lqrnn",
     *recurrent_flags(128), "--lqrnn-heads", "4",
 )  # fmt: skip
+# the families' LQ-RNN alone (blended with the trees by 04): what more epochs give the
+# member that carries most of the families' blend, without SAINT's cost
+MODEL_FLAGS["lqrnn"] = (
+    *MODEL_FLAGS["saint-rasch-readout-past-head"], "--arch", "lqrnn",
+    *recurrent_flags(64), "--lqrnn-heads", "4",
+)  # fmt: skip
 # a model whose first architecture is another model's whole run: a fold finished there
 # seeds it (its 03 files copied; --resume trains the other architectures beside it)
 FAMILY_BASE = dict.fromkeys(("families", "families-wide"), "saint-rasch-readout-past-head")
@@ -107,6 +113,7 @@ MODEL_NAMES = {
     ),
     "families": "SAINT, LSTM and LQ-RNN, stacked with the trees",
     "families-wide": "SAINT, LSTM and LQ-RNN (d 128), stacked with the trees",
+    "lqrnn": "the families' LQ-RNN alone, blended with the trees",
     BASELINES_ONLY: BASELINES_ONLY,
 }  # fmt: skip
 # the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine
