@@ -57,37 +57,30 @@ MODEL_FLAGS = {
 }  # fmt: skip
 
 
-def recurrent_flags(d_model: int) -> tuple[str, ...]:
-    """03 flags of the families' recurrent members at `d_model`: the LSTM and the Last Query
-    Transformer RNN over the same inputs (Rasch skill embeddings, the answered question per
-    (question, response) pair in the key stream, the past-event features with the query)."""
-    return tuple(
+def family_flags(arch: str, d_model: int) -> tuple[str, ...]:
+    """03 flags of a families model: SAINT's recipe (the run of FAMILY_BASE's flags), the
+    architectures `arch` (03 --arch) and the recurrent members at `d_model`: the LSTM and
+    the Last Query Transformer RNN over the same inputs (Rasch skill embeddings, the
+    answered question per (question, response) pair in the key stream, the past-event
+    features with the query); 04 blends them with the trees."""
+    recurrent = tuple(
         flag
-        for arch in ("lstm", "lqrnn")
+        for member in ("lstm", "lqrnn")
         for flag in (
-            f"--{arch}-d-model", str(d_model), f"--{arch}-question-embedding", "rasch",
-            f"--{arch}-decoder-features", "question", f"--{arch}-past-features", "encoder",
+            f"--{member}-d-model", str(d_model), f"--{member}-question-embedding", "rasch",
+            f"--{member}-decoder-features", "question", f"--{member}-past-features", "encoder",
         )
     )  # fmt: skip
+    base = MODEL_FLAGS["saint-rasch-readout-past-head"]
+    return (*base, "--arch", arch, *recurrent, "--lqrnn-heads", "4")
 
 
-# the families: SAINT as above, the LSTM and the Last Query Transformer RNN (03 --arch),
-# blended with the trees by 04; its SAINT is the run of FAMILY_BASE's flags
-MODEL_FLAGS["families"] = (
-    *MODEL_FLAGS["saint-rasch-readout-past-head"], "--arch", "saint,lstm,lqrnn",
-    *recurrent_flags(64), "--lqrnn-heads", "4",
-)  # fmt: skip
-# the same with recurrent members twice as wide (d_model 128, configs/riiid.toml's size)
-MODEL_FLAGS["families-wide"] = (
-    *MODEL_FLAGS["saint-rasch-readout-past-head"], "--arch", "saint,lstm,lqrnn",
-    *recurrent_flags(128), "--lqrnn-heads", "4",
-)  # fmt: skip
-# the families' LQ-RNN alone (blended with the trees by 04): what more epochs give the
-# member that carries most of the families' blend, without SAINT's cost
-MODEL_FLAGS["lqrnn"] = (
-    *MODEL_FLAGS["saint-rasch-readout-past-head"], "--arch", "lqrnn",
-    *recurrent_flags(64), "--lqrnn-heads", "4",
-)  # fmt: skip
+# the families: SAINT, the LSTM and the LQ-RNN; the same with the recurrent members twice
+# as wide (configs/riiid.toml's d 128); the LQ-RNN alone, the member that carries most of
+# the families' blend (what more epochs give it, without SAINT's cost)
+MODEL_FLAGS["families"] = family_flags("saint,lstm,lqrnn", 64)
+MODEL_FLAGS["families-wide"] = family_flags("saint,lstm,lqrnn", 128)
+MODEL_FLAGS["lqrnn"] = family_flags("lqrnn", 64)
 # a model whose first architecture is another model's whole run: a fold finished there
 # seeds it (its 03 files copied; --resume trains the other architectures beside it)
 FAMILY_BASE = dict.fromkeys(("families", "families-wide"), "saint-rasch-readout-past-head")

@@ -365,8 +365,9 @@ def load_epoch(path: Path, model, opt, rng, torch, args) -> dict:
     """The progress of the run `path` holds, its weights, optimizer and random streams
     restored; refused where its flags differ from `args`."""
     state = torch.load(path, map_location=args.device, weights_only=False)
-    if state["key"] != resume_key(args):
-        differ = sorted(k for k in RESUME_KEYS if state["key"].get(k) != resume_key(args)[k])
+    key = resume_key(args)
+    if state["key"] != key:
+        differ = sorted(k for k in RESUME_KEYS if state["key"].get(k) != key[k])
         raise SystemExit(
             f"error: {path} holds a run with other {', '.join(differ)}: delete it to start over"
         )
@@ -548,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         "parameters": sum(t.numel() for t in model.parameters()),
     }  # fmt: skip
     write_outputs(args.out_dir, splits["test"], steps, p, history, record)
-    (args.out_dir / RESUME).unlink()  # the run is whole: result.json says so
+    resume.unlink()  # the run is whole: result.json says so
     return 0
 
 
