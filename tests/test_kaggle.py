@@ -351,16 +351,18 @@ def require_kaggle2020() -> str:
 
 @pytest.fixture(scope="module")
 def fold_export(tmp_path_factory):
-    """Tiny models of every architecture (SAINT reading the past-event features, the LSTM,
-    the LQ-RNN: 03 --arch), trained on a demo's fold 0 (03), the fold streamed by 04 with
-    the trees and the stacked blend it fits (and its Kaggle export), the fold's stream as
-    a test file of the competition's format, and 05's scored rows of the fold (its blend
+    """Tiny models of every architecture (SAINT reading the past-event features through
+    its head, the LSTM, the LQ-RNN reading them with its query and its head: 03 --arch),
+    trained on a demo's fold 0 (03), the fold streamed by 04 with the trees and the
+    stacked blend it fits (and its Kaggle export), the fold's stream as a test file of
+    the competition's format, and 05's scored rows of the fold (its blend
     and every member included)."""
     tmp = tmp_path_factory.mktemp("fold-export")
     out = make_tiny_demo(tmp, users=120, questions=100)
     tiny = ("--d-model", 16, "--heads", 2, "--layers", 1, "--window", 20, "--batch-size", 16)
     tiny += ("--arch", ",".join(ARCH_NAMES), "--lstm-d-model", 8, "--lstm-window", 20)
     tiny += ("--lqrnn-d-model", 8, "--lqrnn-heads", 2, "--lqrnn-window", 20)
+    tiny += ("--lqrnn-past-features", "both")
     flags = ("--output-dir", out, "--run", RUN, "--fold", 0, "--no-progress", "--device", "cpu")
     for script, *extra in (
         ("03_train.py", *tiny, "--epochs", 2, "--warmup", 5, "--past-features", "head"),

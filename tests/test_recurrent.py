@@ -19,6 +19,7 @@ from common.data.api_group import read_group
 from common.data.arrays import TrainArrays, load_questions, question_parts
 from common.data.features import FlatSource, step_inputs
 from common.data.fold_data import Fold, load_fold_data
+from common.data.past_features import attach_model_features, question_skills
 from common.device import Distributed
 from common.model.checkpoint import load_model, save_model
 from common.model.lqrnn.config import LQRNNConfig
@@ -323,6 +324,42 @@ def test_no_question_reads_an_outcome_of_its_own_container(demo, arch):
         sequences.response[begin + first] = saved
     np.testing.assert_array_equal(before[:stop], after[:stop])  # its container, and before
     assert np.abs(before[stop:] - after[stop:]).max() > 1e-6  # later containers read it
+
+
+def test_the_lqrnn_s_head_reads_each_question_s_own_past_features(demo):
+    """past_features "both": the features reach the query (its projection starts at
+    zero) and the head, which shares their normalization. At the start only the head
+    reads them, so changing one question's features moves its logit alone; once the
+    query's projection is trained, later logits move too (through the LSTM). The LSTM,
+    whose head reads its query already, refuses a head."""
+    data = load_fold_data(Workspace(demo), 0)
+    attach_model_features(data.sequences, question_skills(data.questions, data.n_questions))
+    config = replace(CONFIGS["lqrnn"], n_questions=data.n_questions, past_features="both")
+    torch.manual_seed(0)
+    model = build_model("lqrnn", config).eval()
+    assert [n for n, _ in model.named_children() if n.startswith("past")] == [
+        "past_norm",
+        "past_embed",
+        "past_head",
+    ]
+    sequences = data.sequences
+    student = int(np.flatnonzero(sequences.lengths() >= 30)[0])
+    cf = sequences.container_first[sequences.offsets[student] : sequences.offsets[student] + 30]
+    batch = one_student_batch(sequences, student, 0, 30, 0, int(cf[-1]) + 1, data.n_questions)
+
+    def moved() -> np.ndarray:
+        changed = {**batch, "past": batch["past"].clone()}
+        changed["past"][0, 10] += 1.0
+        with torch.no_grad():
+            return (model(changed) - model(batch))[0].abs().numpy() > 1e-6
+
+    assert np.flatnonzero(moved()).tolist() == [10]
+    with torch.no_grad():
+        model.past_embed.weight.normal_()
+    after = moved()  # the LSTM's memory of it fades over the next questions
+    assert after[10:15].all() and not after[:10].any()
+    with pytest.raises(ValueError, match="has no place"):
+        LSTMConfig(past_features="both")
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -288,6 +288,7 @@ def streamed(output_dir: Path, model: SAINT, frame=None, group_sizes=None, cache
         pytest.param("mla", "rasch-readout", marks=pytest.mark.slow),
         ("mha", "past-head"),
         ("mha", "past-encoder"),
+        ("mha", "past-both"),
     ],
 )
 def test_streaming_equals_teacher_forced_batches(demo_dir, attention, tags, monkeypatch):

@@ -57,18 +57,19 @@ MODEL_FLAGS = {
 }  # fmt: skip
 
 
-def family_flags(arch: str, d_model: int) -> tuple[str, ...]:
+def family_flags(arch: str, d_model: int, lqrnn_past: str = "encoder") -> tuple[str, ...]:
     """03 flags of a families model: SAINT's recipe (the run of FAMILY_BASE's flags), the
     architectures `arch` (03 --arch) and the recurrent members at `d_model`: the LSTM and
     the Last Query Transformer RNN over the same inputs (Rasch skill embeddings, the
     answered question per (question, response) pair in the key stream, the past-event
-    features with the query); 04 blends them with the trees."""
+    features with the query; the LQ-RNN's where `lqrnn_past` says); 04 blends them with
+    the trees."""
     recurrent = tuple(
         flag
-        for member in ("lstm", "lqrnn")
+        for member, past in (("lstm", "encoder"), ("lqrnn", lqrnn_past))
         for flag in (
             f"--{member}-d-model", str(d_model), f"--{member}-question-embedding", "rasch",
-            f"--{member}-decoder-features", "question", f"--{member}-past-features", "encoder",
+            f"--{member}-decoder-features", "question", f"--{member}-past-features", past,
         )
     )  # fmt: skip
     base = MODEL_FLAGS["saint-rasch-readout-past-head"]
@@ -77,10 +78,12 @@ def family_flags(arch: str, d_model: int) -> tuple[str, ...]:
 
 # the families: SAINT, the LSTM and the LQ-RNN; the same with the recurrent members twice
 # as wide (configs/riiid.toml's d 128); the LQ-RNN alone, the member that carries most of
-# the families' blend (what more epochs give it, without SAINT's cost)
+# the families' blend (what more epochs give it, without SAINT's cost); the LQ-RNN alone
+# with the past-event features' head beside its query's
 MODEL_FLAGS["families"] = family_flags("saint,lstm,lqrnn", 64)
 MODEL_FLAGS["families-wide"] = family_flags("saint,lstm,lqrnn", 128)
 MODEL_FLAGS["lqrnn"] = family_flags("lqrnn", 64)
+MODEL_FLAGS["lqrnn-head"] = family_flags("lqrnn", 64, lqrnn_past="both")
 # a model whose first architecture is another model's whole run: a fold finished there
 # seeds it (its 03 files copied; --resume trains the other architectures beside it)
 FAMILY_BASE = dict.fromkeys(("families", "families-wide"), "saint-rasch-readout-past-head")
@@ -107,6 +110,7 @@ MODEL_NAMES = {
     "families": "SAINT, LSTM and LQ-RNN, stacked with the trees",
     "families-wide": "SAINT, LSTM and LQ-RNN (d 128), stacked with the trees",
     "lqrnn": "the families' LQ-RNN alone, blended with the trees",
+    "lqrnn-head": "the families' LQ-RNN alone + past features' head, blended with the trees",
     BASELINES_ONLY: BASELINES_ONLY,
 }  # fmt: skip
 # the TrainConfig fields a bench run sets (their flags), and the bench's defaults: cosine

@@ -37,7 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="processes generating the demo")
     parser.add_argument("--chunk-users", type=int, default=20_000, help="students per chunk")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of 03 and 04")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="03's and 04's threads (and the trees')"
+    )
     parser.add_argument("--valid-share", type=float, default=0.025, help="02's stream share")
     parser.add_argument("--train-steps", type=int, default=20, help="03's timed steps")
     parser.add_argument("--train-warmup", type=int, default=2, help="03's untimed steps")
@@ -84,7 +86,7 @@ def run_stages(args: argparse.Namespace, places: Places, say: Report) -> None:
         ),
         "batches": (stages.run_batches, args.batch_seconds, [args.jobs], args.batch_size),
         "stream": (stages.run_stream, args.stream_rows or None, args.threads),
-        "trees": (stages.run_trees, args.tree_students, args.blend_weight),
+        "trees": (stages.run_trees, args.tree_students, args.blend_weight, args.threads),
         "kaggle": (stages.run_kaggle, args.kaggle_rows, args.threads),
         "profile": (stages.run_profile, args.profile_rows, args.count_groups, args.threads),
     }  # fmt: skip

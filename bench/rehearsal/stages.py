@@ -423,13 +423,15 @@ def run_stream(places: Places, max_rows: int | None, threads: int, say) -> dict:
     return places.keep("stream", _measured(m) | shape | {"summary": figures})
 
 
-def run_trees(places: Places, students: int, weight: float, say) -> dict:
+def run_trees(places: Places, students: int, weight: float, threads: int, say) -> dict:
     """The trees on the training rows of `students` students (0: all) with the blend's
-    `weight`, beside the stream's checkpoint; the Kaggle bundle exported again with them."""
+    `weight`, beside the stream's checkpoint, fitted on `threads` OpenMP threads (more
+    than the free cores and each round waits on the busy one); the Kaggle bundle
+    exported again with them."""
     out = places.figures("trees.child")
     command = child("trees", "--json", out, "--data-dir", places.stream, "--bundle-dir")
     command += [places.bundle, "--tree-students", students, "--weight", weight]
-    m = measure(command, places.log("trees"), env=threads_env(2), say=say)
+    m = measure(command, places.log("trees"), env=threads_env(threads), say=say)
     return places.keep("trees", _measured(m) | json.loads(out.read_text()))
 
 

@@ -20,7 +20,7 @@ from common.options import at_least, between, option
 # embed interactions (common.model.inputs.AnsweredQuestion); the papers' SAINT decoder
 # sees only the response
 DECODER_FEATURES = (*(f.name for f in KEY_FIELDS if f.name != "response"), "question")
-PAST_FEATURE_PLACES = ("none", "encoder", "head")
+PAST_FEATURE_PLACES = ("none", "encoder", "head", "both")
 
 
 @dataclass
@@ -56,13 +56,13 @@ class InputConfig:
     # MODEL_FEATURES, the trees' features but the rate table and the part), as the trees
     # read them: "encoder" adds their projection to each question's encoder input (they
     # then travel in the streaming state's rings: 76 B a question); "head" feeds them with
-    # the decoder's output to a small network that adds a logit (only the current
-    # question's are needed)
+    # the model's last hidden state to a small network that adds a logit (only the
+    # current question's are needed; common.model.past_head); "both" does both
     past_features: str = option(
         "none",
         "none; encoder: add each question's past-event features (normalized, projected) "
-        "to its encoder input; head: feed them with the decoder's output to a small "
-        "network that adds to the logit",
+        "to its encoder input; head: feed them with the model's last hidden state to a "
+        "small network that adds to the logit; both: encoder and head",
         choices=PAST_FEATURE_PLACES,
     )
 
@@ -84,6 +84,16 @@ class InputConfig:
         # n_questions 0: a config before the data filled in its sizes (TrainConfig's)
         if self.question_embedding == "rasch" and self.n_questions and not self.n_tags:
             raise ValueError("question_embedding 'rasch' needs the questions' tags (--tags)")
+
+    @property
+    def past_in_query(self) -> bool:
+        """Whether each question's input carries its past-event features."""
+        return self.past_features in ("encoder", "both")
+
+    @property
+    def past_head(self) -> bool:
+        """Whether the past-event features' head adds to the logit."""
+        return self.past_features in ("head", "both")
 
     @property
     def key_context(self) -> int:

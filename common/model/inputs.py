@@ -232,24 +232,25 @@ def past_values(model: nn.Module, past: Tensor) -> Tensor:
 def add_past_norm(model: nn.Module) -> int:
     """The past-event features' normalization, a LayerNorm (counts of thousands and
     durations of months beside rates in [0, 1]); returns its width, 2F (values and
-    missing flags)."""
+    missing flags). One per model: the query's features and the head share it."""
     width = 2 * len(MODEL_FEATURES)
-    model.past_norm = nn.LayerNorm(width)
+    if not hasattr(model, "past_norm"):
+        model.past_norm = nn.LayerNorm(width)
     return width
 
 
 @dataclass(frozen=True)
 class PastFeatures(Embedder):
     """The student's past-event features of the question (InputConfig.past_features
-    "encoder"; common.data.past_features.MODEL_FEATURES), normalized and projected; the
-    "head" place is common.model.saint.heads'."""
+    "encoder" or "both"; common.data.past_features.MODEL_FEATURES), normalized and
+    projected; the head is common.model.past_head's."""
 
     name: str = "past"
     field: str = "past"
     side: str = ENCODER
 
     def wanted(self, config: InputConfig) -> bool:
-        return config.past_features == "encoder"
+        return config.past_in_query
 
     def build(self, model: nn.Module, config: InputConfig) -> None:
         model.past_embed = nn.Linear(add_past_norm(model), config.d_model)

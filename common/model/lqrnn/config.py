@@ -24,8 +24,6 @@ class LQRNNConfig(InputConfig):
         super().__post_init__()
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} must split into {self.n_heads} heads")
-        if self.past_features == "head":
-            raise ValueError("the LQ-RNN reads past features with its query (encoder), not a head")
 
     @property
     def receptive_field(self) -> None:

@@ -9,9 +9,10 @@ container (the key stream: each previous question's outcome fields and the answe
 question, concatenated and projected; nothing of t's own container, whose questions are
 answered together after it). An LSTM then runs over the questions in order, each
 question's input its embedding plus what its attention read, and a feed-forward block
-(residual) and a linear layer give its logit. An LSTM step at t reads the attention of
-questions up to t only, each of which read outcomes before its own container: no
-question sees an outcome of its own container.
+(residual) and a linear layer give its logit; with InputConfig.past_features "head"
+or "both", the past-event features' head adds to it (common.model.past_head). An LSTM
+step at t reads the attention of questions up to t only, each of which read outcomes
+before its own container: no question sees an outcome of its own container.
 
 The state is recurrent (common.model.interface): the LSTM's (h, c) after the student's
 last question, carried from step to step; the attention's window of outcomes is read
@@ -29,6 +30,7 @@ from common.model.inputs import decoder_inputs, encoder_inputs
 from common.model.interface import KTModel
 from common.model.lqrnn.config import LQRNNConfig
 from common.model.lstm.model import concat_projection, embed_concat, init_embeddings
+from common.model.past_head import add_past_head, past_logit
 from common.model.recurrent import RecurrentState, run_lstm
 
 
@@ -85,6 +87,8 @@ class LQRNN(KTModel):
         )
         self.output_norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, 1)
+        if config.past_head:
+            add_past_head(self, d, nn.Dropout(config.dropout))
         self.apply(init_embeddings)
         for embedder in (*self.encoder_inputs, *self.decoder_inputs):
             embedder.init(self, config)
@@ -117,7 +121,10 @@ class LQRNN(KTModel):
         if cache is not None:
             cache.write(h, c, lengths > 0)
         y = self.output_norm(out + self.feed_forward(out))
-        return self.head(y).squeeze(-1)
+        logits = self.head(y).squeeze(-1)
+        if self.config.past_head:
+            logits = logits + past_logit(self, batch, y)
+        return logits
 
     def prime(self, batch: dict[str, Tensor], cache: RecurrentState) -> None:
         self.forward(batch, cache)

@@ -21,8 +21,11 @@ class LSTMConfig(InputConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.past_features == "head":
-            raise ValueError("the LSTM reads past features with its query (encoder), not a head")
+        if self.past_head:
+            raise ValueError(
+                "the LSTM reads past features with its query (encoder), which its head "
+                f"reads already; past_features {self.past_features!r} has no place"
+            )
 
     @property
     def receptive_field(self) -> None:

@@ -1,10 +1,10 @@
 """What SAINT (common.model.saint) adds to the decoder's logit: the AKT-style read-out
 (ModelConfig.readout "akt": the current question attends to the questions answered
-before it, their outcomes as values, as AKT's knowledge retriever, Ghosh et al. 2020) and
-the past-event features' head (ModelConfig.past_features "head").
+before it, their outcomes as values, as AKT's knowledge retriever, Ghosh et al. 2020);
+the past-event features' head is every model's (common.model.past_head).
 
-Their tables register on the model itself, under the names checkpoints know (readout,
-readout_norm, readout_head; past_norm, past_head)."""
+Its tables register on the model itself, under the names checkpoints know (readout,
+readout_norm, readout_head)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.model.inputs import add_past_norm, past_values, question_vector
+from common.model.inputs import question_vector
 from common.model.saint.attention import Attention, Rotary, rope_tail
 from common.model.saint.attention_inputs import AttentionInputs
 from common.model.saint.config import ModelConfig
@@ -79,20 +79,3 @@ def read_out(
         attend.mask("container", start, 0),
     )
     return model.readout_head(torch.cat((read, asked), -1)).squeeze(-1)
-
-
-def add_past_head(model: nn.Module, config: ModelConfig) -> None:
-    """The past-event features' head (ModelConfig.past_features 'head'): their
-    normalization and a small network of them and the decoder's output."""
-    d, width = config.d_model, add_past_norm(model)
-    model.past_head = nn.Sequential(
-        nn.Linear(d + width, d), nn.ReLU(), Dropout(config.dropout), nn.Linear(d, 1)
-    )
-
-
-def past_logit(model: nn.Module, batch: dict[str, Tensor], x: Tensor, start: int = 0) -> Tensor:
-    """(B, T - start): the past features' head's logit from the decoder's output x
-    (B, T - start, D) and the features of the same positions (only the current
-    question's are needed)."""
-    past = past_values(model, batch["past"])[:, start:]
-    return model.past_head(torch.cat((x, past), -1)).squeeze(-1)

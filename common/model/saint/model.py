@@ -28,11 +28,12 @@ from torch import Tensor, nn
 
 from common.model.inputs import decoder_inputs, encoder_inputs, input_sum, registration_order
 from common.model.interface import KTModel
+from common.model.past_head import add_past_head, past_logit
 from common.model.saint.attention import Rotary, rope_tail
 from common.model.saint.attention_inputs import AttentionInputs, attention_inputs
 from common.model.saint.cache import ModelCache
 from common.model.saint.config import ModelConfig
-from common.model.saint.heads import add_past_head, add_readout, past_logit, read_out
+from common.model.saint.heads import add_readout, read_out
 from common.model.saint.layers import DecoderLayer, Dropout, EncoderLayer, init_weights
 from common.model.saint.priming import empty_cache, prime, trained_layers
 
@@ -67,8 +68,8 @@ class SAINT(KTModel):
             add_readout(self, config)
         for embedder in later_inputs:
             embedder.build(self, config)
-        if config.past_features == "head":
-            add_past_head(self, config)
+        if config.past_head:
+            add_past_head(self, d, Dropout(config.dropout))
         # queries per block of banded attention on long sequences (0: the window); a
         # speed setting only, the result is the same (see Blocks)
         self.attention_block = 0
@@ -115,7 +116,7 @@ class SAINT(KTModel):
         start = first[-1] if first else 0
         x = self.decoder_norm(x)
         logits = self.head(x).squeeze(-1)
-        if self.config.past_features == "head":
+        if self.config.past_head:
             logits = logits + past_logit(self, batch, x, start)
         if self.config.readout == "akt":
             logits = logits + read_out(self, batch, keys, attend, start)
