@@ -416,10 +416,25 @@ def test_training_computes_what_the_stream_predicts(demo_dir, tmp_path):
 
 
 @pytest.mark.slow
+def first_groups(env: Emulator, share: float) -> tuple[pd.DataFrame, np.ndarray]:
+    """The first `share` of `env`'s groups: their rows (a prefix of its frame, in its
+    order) and their sizes."""
+    count = int(len(env.bounds) * share)
+    return env.frame.iloc[: env.bounds[count]].reset_index(drop=True), np.diff(env.bounds)[:count]
+
+
 def test_nothing_after_a_group_changes_its_predictions(demo_dir):
-    data = load_fold_data(Workspace(demo_dir), 0)
+    """The first third of the fold's stream, its rows after a group (the first, one a
+    third in, one of the last) changed at random: that group's predictions and all
+    before it stay the same, later ones move."""
+    workspace = Workspace(demo_dir)
+    data = load_fold_data(workspace, 0)
     model = random_model(data.n_questions)
-    env, _ = stream_predictions(demo_dir, model)
+    fold_stream = stream_frame(
+        TrainArrays.load(workspace.data), Fold.load(workspace, 0).stream_index
+    )
+    grouped = Emulator(fold_stream, EmulatorConfig(seed=5, max_group_students=60))
+    env, _ = stream_predictions(demo_dir, model, *first_groups(grouped, 1 / 3))
     frame, bounds = env.frame.copy(), env.bounds
     base = env.results()
     rng = np.random.default_rng(0)
@@ -467,7 +482,7 @@ def test_cache_eviction_is_bounded_and_exact(demo_dir):
     data = load_fold_data(Workspace(demo_dir), 0)
     model = random_model(data.n_questions)
     grouped = Emulator(round_robin_stream(demo_dir), EmulatorConfig(seed=1, max_group_students=3))
-    frame, sizes = grouped.frame, np.diff(grouped.bounds)
+    frame, sizes = first_groups(grouped, 1 / 3)
     env, state = stream_predictions(demo_dir, model, frame, sizes, cache=4)
     assert state.pool.evictions > 0 and state.rebuilds > 0
     full, full_state = stream_predictions(demo_dir, model, frame, sizes)
