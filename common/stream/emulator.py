@@ -189,11 +189,13 @@ class Emulator:
         self.predictions = np.full(len(self.frame), np.nan)
         self._served = -1  # last group handed out
         self._predicted = -1  # last group predicted
-        self._test = self._test_columns()
         self._row_id = self.frame["row_id"].to_numpy()
         self._outcomes = {
             name: self.frame[name].to_numpy() for name in ("answered_correctly", "user_answer")
         }
+        # every group's test_df and sample rows, built once: a group is then a slice of
+        # each (a frame built per group cost most of the loop's own time)
+        self._groups, self._samples, self._sample_bounds = self._group_frames()
 
     @classmethod
     def from_fold(cls, arrays: TrainArrays, fold: Fold, config: EmulatorConfig | None = None):
@@ -219,9 +221,30 @@ class Emulator:
         correct, answers = (self._outcomes[name][lo:hi] for name in self._outcomes)
         return str(correct.astype(np.int64).tolist()), str(answers.astype(np.int64).tolist())
 
+    def _group_frames(self) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+        """(every row as the groups' test_df serve it: the test columns, then the two
+        prior_group_* columns, NaN but on each group's first row, indexed by group_num;
+        the questions' sample rows, the same index; where each group's samples start)."""
+        test = self._test_columns()
+        sizes = np.diff(self.bounds)
+        group_num = np.repeat(np.arange(self.n_groups, dtype=np.int64), sizes)
+        test.index = pd.Index(group_num, name="group_num")
+        firsts = self.bounds[:-1][sizes > 0]
+        lists = [self._prior_lists(g) for g in np.flatnonzero(sizes > 0)]
+        for i, column in enumerate(("prior_group_answers_correct", "prior_group_responses")):
+            values = np.full(len(test), np.nan, dtype=object)
+            values[firsts] = [pair[i] for pair in lists]
+            # a Series keeps the object dtype (a bare array would become str)
+            test[column] = pd.Series(values, index=test.index, dtype=object)
+        question = self.is_question
+        samples = pd.DataFrame(
+            {"row_id": self._row_id[question], "answered_correctly": 0.5},
+            index=pd.Index(group_num[question], name="group_num"),
+        )
+        questions_before = np.concatenate(([0], np.cumsum(question)))
+        return test, samples, questions_before[self.bounds]
+
     def iter_test(self) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
-        columns = {name: self._test[name].to_numpy() for name in self._test.columns}
-        row_id = columns["row_id"]
         for group in range(self.n_groups):
             if self._predicted != group - 1:
                 raise StreamError(
@@ -229,27 +252,10 @@ class Emulator:
                     "env.predict(sample_prediction_df) once per group before the next"
                 )
             lo, hi = self.bounds[group], self.bounds[group + 1]
-            index = pd.Index(np.full(hi - lo, group, dtype=np.int64), name="group_num")
-            frame: dict[str, np.ndarray | pd.Series] = {
-                name: values[lo:hi] for name, values in columns.items()
-            }
-            for column, text in zip(
-                ("prior_group_answers_correct", "prior_group_responses"),
-                self._prior_lists(group),
-                strict=True,
-            ):
-                values = np.full(hi - lo, np.nan, dtype=object)
-                values[0] = text
-                # a Series keeps the object dtype (a bare array would become str)
-                frame[column] = pd.Series(values, index=index, dtype=object)
-            test_df = pd.DataFrame(frame, index=index)  # copies: the caller may change it
-            question = self.is_question[lo:hi]
-            sample = pd.DataFrame(
-                {"row_id": row_id[lo:hi][question], "answered_correctly": 0.5},
-                index=pd.Index(
-                    np.full(int(question.sum()), group, dtype=np.int64), name="group_num"
-                ),
-            )
+            first, last = self._sample_bounds[group], self._sample_bounds[group + 1]
+            # copies: the caller may change them
+            test_df = self._groups.iloc[lo:hi].copy()
+            sample = self._samples.iloc[first:last].copy()
             self._served = group
             yield test_df, sample
 
