@@ -34,12 +34,14 @@ import pandas as pd
 
 from bench.benchlib import (
     BENCH_RUN,
+    RECIPES,
     SMALL_DATA_RECIPE,
     WORK,
     Report,
     bench_run,
     link_data,
     make_demo_input,
+    recipe_flags,
     relative,
     results_flag,
     run,
@@ -50,10 +52,19 @@ from common.files import atomic_file
 from common.model.trees.blending import BLEND
 from common.model.trees.boosting import TREES
 from common.tables import markdown_table
+from common.train.config import TrainConfig
 from common.workspace import Workspace
 
-VARIANTS = {"model": [], "model + past features (head)": ["--past-features", "head"]}
+# every family (configs/demo_families.toml: SAINT as the quick start trains it, the LSTM
+# and the LQ-RNN beside it): 04 stacks them with the trees
+FAMILIES = recipe_flags(RECIPES / "demo_families.toml", "train", TrainConfig, ("fold", "progress"))
+VARIANTS = {
+    "model": [],
+    "model + past features (head)": ["--past-features", "head"],
+    "every family": list(FAMILIES),
+}
 SCORERS = ("model", TREES, BLEND)
+MEMBERS = ("lstm", "lqrnn")  # the other families' AUCs (05's summary), where a run has them
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -122,12 +133,14 @@ def variant_scores(data: Workspace, name: str, flags: list[str]) -> dict[str, fl
         where = ["--input-dir", folder / "input", "--output-dir", out.path, "--run", BENCH_RUN]
         run(script("05_evaluate.py", *where, "--bootstrap", 0, "--no-progress"))
     summary = json.loads(summary_path.read_text())
+    members = summary.get("members", {})
     return {
         "best_epoch": FoldRun(out).best_checkpoint()["best_epoch"],
         "model": summary["auc"],
         TREES: summary["baselines"][TREES],
         BLEND: summary["blend_auc"],
         "oracle": summary["oracle_auc"],
+        **{arch: members.get(arch, float("nan")) for arch in MEMBERS},
     }
 
 
@@ -152,6 +165,9 @@ def plot(path: Path, table: pd.DataFrame) -> None:
             names = {"model": variant, BLEND: f"blend of {variant} and trees"}
             label = names.get(scorer, "trees")
             ax.plot(rows["students"], rows[scorer], styles[scorer], label=label)
+        for arch, style in zip(MEMBERS, ("-.v", "-.x"), strict=True):
+            if rows[arch].notna().any():  # the run trained this family beside SAINT
+                ax.plot(rows["students"], rows[arch], style, label=f"{arch} ({variant})")
         trees_drawn = True
     ax.set(xscale="log", xlabel="training students", ylabel="ROC AUC, held-out students")
     ax.set_xticks(sorted(table["students"].unique()))
@@ -165,16 +181,18 @@ def plot(path: Path, table: pd.DataFrame) -> None:
 
 
 def report_table(report: Report, table: pd.DataFrame) -> None:
-    header = ["training students", "variant", "epochs (best.pt's)", "model", "trees"]
-    header += ["blend", "model − trees", "blend − best of both", "oracle"]
+    header = ["training students", "variant", "epochs (best.pt's)", "model", *MEMBERS, "trees"]
+    header += ["blend", "model − trees", "blend − best single", "oracle"]
     body = []
     for row in table.itertuples(index=False):
         scores = row._asdict()
         model, trees, blend = (scores[k] for k in ("model", "trees", "blend"))
         epochs = f"{row.epochs} ({scores['best_epoch']})"
+        members = ["—" if pd.isna(scores[a]) else f"{scores[a]:.4f}" for a in MEMBERS]
+        best = max(model, trees, *(scores[a] for a in MEMBERS if not pd.isna(scores[a])))
         body.append(
-            [f"{row.students:,}", row.variant, epochs, f"{model:.4f}", f"{trees:.4f}",
-             f"{blend:.4f}", f"{model - trees:+.4f}", f"{blend - max(model, trees):+.4f}",
+            [f"{row.students:,}", row.variant, epochs, f"{model:.4f}", *members,
+             f"{trees:.4f}", f"{blend:.4f}", f"{model - trees:+.4f}", f"{blend - best:+.4f}",
              f"{row.oracle:.4f}"]
         )  # fmt: skip
     report(markdown_table(header, body, "rl" + "r" * (len(header) - 2)))
@@ -198,6 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.held_out:,} held-out students (new to every model), the same at every size; "
         f"demo seed {args.seed}; the quick start's recipe ({' '.join(SMALL_DATA_RECIPE)}) "
         "with the epochs of the table's column"
+        + (
+            "; every family: configs/demo_families.toml's"
+            if "every family" in args.variants
+            else ""
+        )
     )
     report()
     report_table(report, table)

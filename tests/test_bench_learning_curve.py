@@ -24,17 +24,26 @@ def test_bad_epochs_are_refused(epochs, capsys):
 
 
 def test_the_table_gives_each_size_its_epochs_and_best_epoch():
+    """Each row: its epochs (best.pt's), every scorer, and the blend against the best
+    single scorer, the other families' members included where the run has them."""
+    nan = float("nan")
     table = pd.DataFrame(
         [
             {"students": 2000, "variant": "model", "epochs": 5, "best_epoch": 4,
-             "model": 0.78, "trees": 0.79, "blend": 0.795, "oracle": 0.80},
+             "model": 0.78, "trees": 0.79, "blend": 0.795, "oracle": 0.80,
+             "lstm": nan, "lqrnn": nan},
             {"students": 32000, "variant": "model", "epochs": 3, "best_epoch": 3,
-             "model": 0.80, "trees": 0.79, "blend": 0.805, "oracle": 0.80},
+             "model": 0.80, "trees": 0.79, "blend": 0.805, "oracle": 0.80,
+             "lstm": nan, "lqrnn": nan},
+            {"students": 8000, "variant": "every family", "epochs": 5, "best_epoch": 5,
+             "model": 0.80, "trees": 0.79, "blend": 0.815, "oracle": 0.82,
+             "lstm": 0.81, "lqrnn": 0.79},
         ]
     )  # fmt: skip
     lines = []
     report_table(lines.append, table)
-    rows = [line for line in lines[0].splitlines() if line.startswith("| 2,000") or
-            line.startswith("| 32,000")]  # fmt: skip
-    assert "| 5 (4) | 0.7800 | 0.7900 | 0.7950 | -0.0100 | +0.0050 |" in rows[0]
-    assert "| 3 (3) | 0.8000 | 0.7900 | 0.8050 | +0.0100 | +0.0050 |" in rows[1]
+    rows = {line.split("|")[1].strip(): line for line in lines[0].splitlines()[2:]}
+    assert "| 5 (4) | 0.7800 | — | — | 0.7900 | 0.7950 | -0.0100 | +0.0050 |" in rows["2,000"]
+    assert "| 3 (3) | 0.8000 | — | — | 0.7900 | 0.8050 | +0.0100 | +0.0050 |" in rows["32,000"]
+    families = "| 5 (5) | 0.8000 | 0.8100 | 0.7900 | 0.7900 | 0.8150 | +0.0100 | +0.0050 |"
+    assert families in rows["8,000"]  # against the LSTM, the best single scorer
