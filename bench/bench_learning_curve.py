@@ -108,16 +108,23 @@ def size_data(args: argparse.Namespace, users: list[int], size: int) -> Workspac
     input_dir = folder / "input"
     input_dir.mkdir(parents=True, exist_ok=True)
     train = pd.read_csv(source / "train.csv")
-    train[train["user_id"].isin(set(held_out + training))].to_csv(
-        input_dir / "train.csv", index=False
-    )
-    for name in ("questions.csv", "lectures.csv", "demo_truth.csv"):
+    kept = train[train["user_id"].isin(set(held_out + training))]
+    kept.to_csv(input_dir / "train.csv", index=False)
+    subset_truth(source, input_dir, kept["row_id"])
+    for name in ("questions.csv", "lectures.csv"):
         (input_dir / name).write_bytes((source / name).read_bytes())
     pd.DataFrame({"user_id": held_out, "fold": 0}).to_csv(input_dir / "user_folds.csv", index=False)
     where = ("--input-dir", input_dir, "--output-dir", out.path)
     run(script("01_preprocess.py", *where, "--no-progress"))
     run(script("02_make_folds.py", *where, "--strategy", "dataset", "--n-folds", 1))
     return out
+
+
+def subset_truth(source: Path, input_dir: Path, row_ids: pd.Series) -> None:
+    """The demo's truth (demo_truth.csv) of the rows `row_ids` alone, as 05 reads it
+    beside their train.csv (it refuses a truth of rows the data does not hold)."""
+    truth = pd.read_csv(source / "demo_truth.csv")
+    truth[truth["row_id"].isin(row_ids)].to_csv(input_dir / "demo_truth.csv", index=False)
 
 
 def variant_scores(data: Workspace, name: str, flags: list[str]) -> dict[str, float]:
