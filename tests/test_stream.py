@@ -430,10 +430,11 @@ def test_nothing_after_a_group_changes_its_predictions(demo_dir):
     workspace = Workspace(demo_dir)
     data = load_fold_data(workspace, 0)
     model = random_model(data.n_questions)
-    fold_stream = stream_frame(
-        TrainArrays.load(workspace.data), Fold.load(workspace, 0).stream_index
+    grouped = Emulator.from_fold(
+        TrainArrays.load(workspace.data),
+        Fold.load(workspace, 0),
+        EmulatorConfig(seed=5, max_group_students=60),
     )
-    grouped = Emulator(fold_stream, EmulatorConfig(seed=5, max_group_students=60))
     env, _ = stream_predictions(demo_dir, model, *first_groups(grouped, 1 / 3))
     frame, bounds = env.frame.copy(), env.bounds
     base = env.results()
