@@ -1,5 +1,6 @@
-"""Where a model runs: the torch device a --device flag names, the autocast dtype an
---amp flag gives on it, and the processes of a distributed run (torchrun's environment)."""
+"""Where a model runs: the torch device a --device flag names, the CPU threads a --threads
+flag gives, the autocast dtype an --amp flag gives on the device, and the processes of a
+distributed run (torchrun's environment)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from common.options import option
+from common.options import at_least, option
 
 
 def device_option():
@@ -22,6 +23,31 @@ def check_device(name: str) -> None:
     --device this machine does not have."""
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no CUDA device here (--device cpu or auto)")
+
+
+def threads_option():
+    """The `--threads` field of the training and streaming configs."""
+    return option(
+        0,
+        "CPU threads of torch and of the trees' fit (0: torch's default, one per core). On a "
+        "machine other work shares, give the cores it leaves free: threads waiting on a busy "
+        "core slow every step several times (bench/bench_threads.py)",
+        range=at_least(0),
+    )
+
+
+def use_threads(n: int) -> None:
+    """--threads n (0: left as they are): torch's CPU threads, and the OpenMP threads of
+    scikit-learn's trees, limited now where its runtime is loaded and through
+    OMP_NUM_THREADS (read when it loads: scikit-learn is imported at the first fit) where
+    not; processes started from here inherit the variable."""
+    if n == 0:
+        return
+    torch.set_num_threads(n)
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
+
+    threadpool_limits(n, user_api="openmp")
 
 
 def resolve_device(name: str) -> torch.device:

@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from common.data.features import window_inputs
 from common.data.fold_data import load_fold_data, load_full_data
-from common.device import autocast_dtype
+from common.device import autocast_dtype, use_threads
 from common.metrics import auc_or_nan
 from common.model.checkpoint import load_model, save_checkpoint
 from common.model.predict import to_tensors
@@ -102,6 +103,42 @@ def test_resume_reads_a_checkpoint_from_before_a_model_option_existed(demo, tmp_
     save_checkpoint(path, checkpoint)
     printed = train(out, "--epochs", "2", "--resume")
     assert "resumed after epoch 1" in printed
+
+
+@pytest.fixture
+def threads_put_back(monkeypatch):
+    """This worker's threads (conftest: one) put back after a test that changes them."""
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", str(before)))
+    yield
+    torch.set_num_threads(before)
+    threadpool_limits(before, user_api="openmp")
+
+
+def test_threads_set_torch_and_the_trees_openmp(threads_put_back):
+    """--threads n: torch's threads and every OpenMP runtime loaded (scikit-learn's, which
+    the trees' fit uses), and OMP_NUM_THREADS for one loaded later."""
+    import sklearn.ensemble  # noqa: F401  (loads scikit-learn's OpenMP runtime)
+
+    use_threads(3)
+    assert torch.get_num_threads() == 3 and os.environ["OMP_NUM_THREADS"] == "3"
+    openmp = [p for p in threadpool_info() if p["user_api"] == "openmp"]
+    assert any("scikit_learn" in p["filepath"] for p in openmp)
+    assert [p["num_threads"] for p in openmp] == [3] * len(openmp)
+    use_threads(0)  # 0: left as they are
+    assert torch.get_num_threads() == 3
+
+
+def test_03_and_04_run_on_the_threads_asked(demo, tmp_path, threads_put_back):
+    out = fresh_run(demo, tmp_path)
+    train(out, "--epochs", "1", "--threads", "2")
+    record = json.loads(fold0_folder(out).record("train").read_text())
+    assert record["environment"]["torch_threads"] == "2"
+    torch.set_num_threads(1)
+    flags = ["--output-dir", out, "--run", RUN, "--no-export", "--no-trees", "--no-progress"]
+    done = run_numbered_script("04_infer.py", *flags, "--threads", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(fold0_folder(out).stream_summary.read_text())["torch_threads"] == 2
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from common.data.dataset import Dataset
 from common.data.fold_data import Fold, FoldData, check_fold_fingerprint, load_fold_data
 from common.data.past_features import attach_model_features, question_skills
 from common.data.past_state import build_feature_snapshot
-from common.device import check_device, device_option, resolve_device
+from common.device import check_device, device_option, resolve_device, threads_option
 from common.files import atomic_file, json_values, write_json, write_run_record, write_text
 from common.metrics import slice_table, student_and_part_slices
 from common.model.checkpoint import load_model, read_checkpoint
@@ -49,6 +49,7 @@ class InferConfig:
         "instead of streaming a fold (it has no validation rows)",
     )
     device: str = device_option()
+    threads: int = threads_option()
     stream: EmulatorConfig = field(default_factory=EmulatorConfig)  # how groups are cut
     cache_students: int = option(
         4096,

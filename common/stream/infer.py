@@ -13,6 +13,7 @@ from common import cli
 from common.data.api_file import check_api_file
 from common.data.dataset import Dataset
 from common.data.fold_data import fold_count
+from common.device import use_threads
 from common.errors import UserError
 from common.files import check_writable
 from common.model.trees.blending import full_blend_bundle
@@ -30,6 +31,7 @@ from common.workspace import Bundle, KaggleFolder, ModelFolder, Run, Workspace
 def infer(config: InferConfig, workspace: Workspace, name: str | None) -> None:
     """What `04_infer.py` does with run `name` (None: the only run, or the latest
     trained) of the workspace."""
+    use_threads(config.threads)
     if config.competition or importlib.util.find_spec("riiideducation") is not None:
         run_competition(config, workspace, name)
         return

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from common import cli
-from common.device import check_device, device_option
+from common.device import check_device, device_option, threads_option
 from common.model.checkpoint import dict_differences
 from common.model.registry import ARCH_NAMES, ARCHITECTURES
 from common.model.saint import MODEL_PRESETS, ModelConfig, preset_name
@@ -86,6 +86,7 @@ class TrainConfig:
     )
     seed: int = option(0, "seed of initialization, spans and dropout", range=at_least(0))
     device: str = device_option()
+    threads: int = threads_option()
     amp: str = option(
         "auto",
         "autocast: auto is bf16 (or fp16) on CUDA, off on CPU",

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from common.data.features import window_inputs
 from common.data.fold_data import FoldData, Tails, load_fold_data, load_full_data
-from common.device import Distributed, resolve_device
+from common.device import Distributed, resolve_device, use_threads
 from common.errors import UserError
 from common.files import write_run_record
 from common.metrics import auc_or_nan, binary_log_loss
@@ -433,6 +433,7 @@ def train(
     process group is joined once and kept for the next fold; the caller closes it
     (Distributed.close)."""
     begin = time.perf_counter()
+    use_threads(config.threads)
     run = workspace.run(check_run_name(name) if name else run_name(config))
     dist_info = Distributed.from_env()
     device = resolve_device(config.device)
