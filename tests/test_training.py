@@ -131,7 +131,7 @@ def test_threads_set_torch_and_the_trees_openmp(threads_put_back):
 
 def test_03_and_04_run_on_the_threads_asked(demo, tmp_path, threads_put_back):
     out = fresh_run(demo, tmp_path)
-    train(out, "--epochs", "1", "--threads", "2")
+    assert "device cpu (2 threads)" in train(out, "--epochs", "1", "--threads", "2")
     record = json.loads(fold0_folder(out).record("train").read_text())
     assert record["environment"]["torch_threads"] == "2"
     torch.set_num_threads(1)
