@@ -37,8 +37,7 @@ if TYPE_CHECKING:  # annotations only: training's config is a stage above
 # fields that do not change what a run computes, or only how far it goes
 RUN_CONTROL = (
     "fold", "full_data", "epochs", "patience", "resume", "device", "threads", "progress",
-    "compile",
-    "micro_batch", "valid_batch_size",
+    "compile", "micro_batch", "valid_batch_size",
 )  # fmt: skip
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 
