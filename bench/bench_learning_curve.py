@@ -169,7 +169,8 @@ def plot(path: Path, table: pd.DataFrame) -> None:
         for scorer in SCORERS:
             if scorer == TREES and trees_drawn:
                 continue  # the same trees whatever the model variant
-            names = {"model": variant, BLEND: f"blend of {variant} and trees"}
+            saint = "SAINT" if variant == "model" else f"SAINT ({variant})"
+            names = {"model": saint, BLEND: f"blend of {variant} and trees"}
             label = names.get(scorer, "trees")
             ax.plot(rows["students"], rows[scorer], styles[scorer], label=label)
         for arch, style in zip(MEMBERS, ("-.v", "-.x"), strict=True):
