@@ -34,6 +34,29 @@ def seed_predictions(folder: Path) -> pd.Series:
     return oof.set_index(["fold", "row_id"])[["prediction", "label"]]
 
 
+def seed_rows(frames: dict[int, pd.DataFrame]) -> tuple[int, list[list[str]]]:
+    """On the rows every seed's predictions hold (matched by fold and row id): how many,
+    and the table's rows: each seed's AUC, then the AUC of their mean probability and its
+    gain over the seeds' mean AUC. Refuses seeds whose labels disagree there."""
+    first = next(iter(frames.values()))
+    shared = first.index
+    for frame in frames.values():
+        shared = shared.intersection(frame.index)
+    labels = first.loc[shared, "label"].to_numpy()
+    for seed, frame in frames.items():
+        if not np.array_equal(frame.loc[shared, "label"].to_numpy(), labels):
+            raise SystemExit(f"seed {seed}: its labels differ on the shared rows")
+    scores = {seed: frame.loc[shared, "prediction"].to_numpy() for seed, frame in frames.items()}
+    aucs = {seed: auc_or_nan(labels, score) for seed, score in scores.items()}
+    bag = auc_or_nan(labels, np.mean(list(scores.values()), axis=0))
+    single = float(np.mean(list(aucs.values())))
+    rows = [[f"seed {seed}", f"{auc:.4f}", ""] for seed, auc in aucs.items()]
+    rows.append(
+        [f"mean of {len(frames)} seeds' probabilities", f"{bag:.4f}", f"{bag - single:+.4f}"]
+    )
+    return len(shared), rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -55,25 +78,9 @@ def main() -> int:
         flags += ["--work-dir", folder, "--results", folder / "kt_run.md"]
         run(module("bench.kt.run", *flags), folder / "kt_run.log", label=f"seed {seed}", say=say)
         frames[seed] = seed_predictions(folder)
-    shared = frames[seeds[0]].index
-    for frame in frames.values():
-        shared = shared.intersection(frame.index)
-    labels = frames[seeds[0]].loc[shared, "label"].to_numpy()
-    for seed, frame in frames.items():
-        if not np.array_equal(frame.loc[shared, "label"].to_numpy(), labels):
-            raise SystemExit(f"seed {seed}: its labels differ on the shared rows")
-    aucs = {
-        s: auc_or_nan(labels, f.loc[shared, "prediction"].to_numpy()) for s, f in frames.items()
-    }
-    mean = np.mean([f.loc[shared, "prediction"].to_numpy() for f in frames.values()], axis=0)
-    bag = auc_or_nan(labels, mean)
-    rows = [[f"seed {s}", f"{a:.4f}", ""] for s, a in aucs.items()]
-    single = float(np.mean(list(aucs.values())))
-    rows.append(
-        [f"mean of {len(seeds)} seeds' probabilities", f"{bag:.4f}", f"{bag - single:+.4f}"]
-    )
+    shared, rows = seed_rows(frames)
     say()
-    say(f"{len(shared):,} rows streamed by every seed")
+    say(f"{shared:,} rows streamed by every seed")
     say(markdown_table(["predictions", "AUC", "− the seeds' mean AUC"], rows).rstrip("\n"))
     say.write()
     return 0
