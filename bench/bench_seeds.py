@@ -20,16 +20,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.benchlib import WORK, Report, module, results_flag, run
+from bench.benchlib import WORK, Report, bench_run, module, results_flag, run
 from common.metrics import auc_or_nan
 from common.tables import markdown_table
+from common.workspace import Workspace
 
 
-def seed_predictions(folder: Path) -> pd.Series:
-    """The submitted prediction of every row the one run under `folder` streamed."""
-    found = sorted(folder.glob("**/runs/bench/oof.parquet"))
+def seed_predictions(folder: Path) -> pd.DataFrame:
+    """The submitted prediction and label of every row the one run under `folder` streamed
+    (bench.kt.run's layout: <data set>/<model>/ is 03's output dir, its run `bench`)."""
+    found = [
+        bench_run(Workspace(out)).oof
+        for out in sorted(folder.glob("*/*"))
+        if bench_run(Workspace(out)).oof.exists()
+    ]
     if len(found) != 1:
-        raise SystemExit(f"{folder}: expected one run's oof.parquet, found {len(found)}")
+        raise SystemExit(f"{folder}: expected one run's out-of-fold predictions, found {found}")
     oof = pd.read_parquet(found[0])
     return oof.set_index(["fold", "row_id"])[["prediction", "label"]]
 
