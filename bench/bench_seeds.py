@@ -29,11 +29,8 @@ from common.workspace import Workspace
 def seed_predictions(folder: Path) -> pd.DataFrame:
     """The submitted prediction and label of every row the one run under `folder` streamed
     (bench.kt.run's layout: <data set>/<model>/ is 03's output dir, its run `bench`)."""
-    found = [
-        bench_run(Workspace(out)).oof
-        for out in sorted(folder.glob("*/*"))
-        if bench_run(Workspace(out)).oof.exists()
-    ]
+    candidates = (bench_run(Workspace(out)).oof for out in sorted(folder.glob("*/*")))
+    found = [path for path in candidates if path.exists()]
     if len(found) != 1:
         raise SystemExit(f"{folder}: expected one run's out-of-fold predictions, found {found}")
     oof = pd.read_parquet(found[0])

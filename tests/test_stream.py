@@ -415,7 +415,6 @@ def test_training_computes_what_the_stream_predicts(demo_dir, tmp_path):
     assert behind_context > 50
 
 
-@pytest.mark.slow
 def first_groups(env: Emulator, share: float) -> tuple[pd.DataFrame, np.ndarray]:
     """The first `share` of `env`'s groups: their rows (a prefix of its frame, in its
     order) and their sizes."""
@@ -423,6 +422,7 @@ def first_groups(env: Emulator, share: float) -> tuple[pd.DataFrame, np.ndarray]
     return env.frame.iloc[: env.bounds[count]].reset_index(drop=True), np.diff(env.bounds)[:count]
 
 
+@pytest.mark.slow
 def test_nothing_after_a_group_changes_its_predictions(demo_dir):
     """The first third of the fold's stream, its rows after a group (the first, one a
     third in, one of the last) changed at random: that group's predictions and all
