@@ -40,9 +40,24 @@ from common.workspace import Workspace
 SETTINGS = ("idle", "one core busy")
 
 
+def run_folders(work_dir: Path, cores: int) -> dict[tuple[str, int], Path]:
+    """Each setting's and thread count's fresh folder under `work_dir`; one that exists
+    and was not written by this script (no 03.log) is refused before any work."""
+    folders = {
+        (setting, threads): work_dir / f"{setting.split()[0]}_{threads}"
+        for setting in SETTINGS
+        for threads in (1, cores)
+    }
+    for folder in folders.values():
+        if folder.exists() and not (folder / "03.log").exists():
+            raise SystemExit(f"{folder}: not a folder this benchmark wrote; choose --work-dir")
+    return folders
+
+
 def measure(prep: Workspace, folder: Path, threads: int, epochs: int, say: Report) -> list:
     """03 then 04 on fold 0 with --threads `threads`, in a fresh `folder`: 03's training
-    interactions/s and wall seconds, 04's wall seconds and streamed rows/s."""
+    interactions/s and wall seconds, 04's wall seconds and streamed rows/s. A `folder` left
+    by an earlier run of this script (main checked it first: run_folders) is emptied."""
     shutil.rmtree(folder, ignore_errors=True)
     out = link_data(folder, prep)
     where = ("--output-dir", out.path, "--run", BENCH_RUN, "--threads", threads, "--no-progress")
@@ -74,6 +89,7 @@ def main() -> int:
     cores = len(os.sched_getaffinity(0))
     if cores < 2:
         parser.error("one usable core: there is no thread count to choose")
+    folders = run_folders(args.work_dir, cores)
     say = Report("threads", args.results)
     say.header("CPU threads beside other work (bench/bench_threads.py)", "torch", "scikit-learn")
     data = args.work_dir / f"demo{args.users}"
@@ -86,8 +102,7 @@ def main() -> int:
         try:
             for threads in (1, cores):
                 say(f"{setting}, --threads {threads}")
-                folder = args.work_dir / f"{setting.split()[0]}_{threads}"
-                measured = measure(prep, folder, threads, args.epochs, say)
+                measured = measure(prep, folders[setting, threads], threads, args.epochs, say)
                 rows.append([setting, str(threads), *measured])
         finally:
             if busy is not None:
