@@ -324,7 +324,8 @@ def describe_run(trainer: Trainer) -> str:
     """What a run trains on and how: printed at the start of fit."""
     config, plan = trainer.config, trainer.plan
     warmup = "" if config.warmup else " (automatic: a tenth of the run, at most 4,000)"
-    threads = f" ({torch.get_num_threads()} threads)" if trainer.device.type == "cpu" else ""
+    n = torch.get_num_threads()
+    threads = f" ({n} thread{'s' * (n > 1)})" if trainer.device.type == "cpu" else ""
     return (
         f"{trainer.model.n_parameters():,} parameters; device {trainer.device}{threads}; "
         f"{describe_selection(config, trainer.data)}\n"
